@@ -1,0 +1,37 @@
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+# Both create .venv when it is absent and install everything into it.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.capsagg-installed
+
+.PHONY: setup test demo quick params clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): setup.py requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip wheel setuptools
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q cython numpy
+	$(PIP) install -q --no-deps --no-build-isolation fairseq-fixed==0.12.3.1
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps --no-build-isolation -e .
+	$(PY) -c "import torch, fairseq, fairseq_capsagg; print('installed: torch', torch.__version__, '| fairseq', fairseq.__version__)"
+	touch $(STAMP)
+
+test: setup
+	$(PY) -m pytest -q tests
+
+demo: setup
+	$(PY) examples/main_job.py
+
+quick: setup
+	$(PY) examples/main_job.py --quick
+
+params: setup
+	$(VENV)/bin/capsagg-params
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,116 @@
+"""Runs fairseq's console scripts, shows their progress and reads their logs."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.models import SMALL_SHAPE, shape_flags
+
+BIN = Path(sys.executable).parent
+BASELINE_ARCHS = {"base": "transformer_wmt_en_de", "big": "transformer_vaswani_wmt_en_de_big"}
+SYSTEMS = ("baseline", "linagg", "dyncomb", "dynrouting", "emrouting")
+
+
+def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[Path] = None) -> float:
+    """Runs ``tool``, echoing its output and keeping it in ``log``; returns wall seconds.
+
+    With ``stdout_file`` the tool's standard output goes there instead (the
+    hypotheses of fairseq-generate) and only its standard error is echoed.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    start = time.time()
+    with open(log, "w", encoding="utf-8") as log_f:
+        out_f = open(stdout_file, "w", encoding="utf-8") if stdout_file else None
+        try:
+            proc = subprocess.Popen([str(BIN / tool), *args], stdout=out_f or subprocess.PIPE,
+                                    stderr=subprocess.STDOUT if out_f is None else subprocess.PIPE,
+                                    text=True, env=env)
+            for line in proc.stdout if out_f is None else proc.stderr:
+                sys.stdout.write("    " + line)
+                log_f.write(line)
+            code = proc.wait()
+        finally:
+            if out_f:
+                out_f.close()
+    if code != 0:
+        raise RuntimeError(f"{tool} failed with exit code {code}; its log is {log}")
+    return time.time() - start
+
+
+def arch_flags(system: str, shape: str) -> List[str]:
+    """The baseline is fairseq's own ``transformer`` (so its checkpoints are vanilla).
+
+    ``--user-dir`` is passed for every system: besides the architectures it
+    allow-lists the globals fairseq checkpoints need under torch's safe loading.
+    """
+    if system == "baseline":
+        arch = ["--arch", "transformer", *shape_flags(SMALL_SHAPE)] if shape == "small" \
+            else ["--arch", BASELINE_ARCHS[shape]]
+    else:
+        arch = ["--arch", f"transformer_{system}_{shape}"]
+    return ["--user-dir", USER_DIR, *arch]
+
+
+def train(data_bin: Path, save_dir: Path, system: str, shape: str, max_update: int,
+          hparams: Dict[str, object], log: Path, extra: Sequence[str] = ()) -> float:
+    """Trains (or resumes) one system until ``max_update``; returns wall seconds."""
+    args = [
+        str(data_bin), *arch_flags(system, shape), "--task", "translation",
+        "--source-lang", "en", "--target-lang", "de", "--share-all-embeddings",
+        "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
+        "--lr", str(hparams["lr"]), "--lr-scheduler", "inverse_sqrt",
+        "--warmup-updates", str(hparams["warmup"]), "--warmup-init-lr", "1e-07",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--dropout", "0.1", "--max-tokens", str(hparams["max_tokens"]),
+        "--max-update", str(max_update), "--seed", str(hparams["seed"]),
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--save-interval-updates", "0",
+        "--log-format", "simple", "--log-interval", str(hparams["log_interval"]),
+        "--num-workers", "0", *hparams["device_flags"], *extra,
+    ]
+    return run_logged("fairseq-train", args, log)
+
+
+_SUMMARY = re.compile(r"\| train \| epoch \d+ \|(.*)$")
+_KEY_VALUE = re.compile(r"(\w+) ([0-9.,]+)")
+
+
+def train_summary(log: Path) -> Dict[str, float]:
+    """Values of the last ``| train | epoch`` summary line (wps, ups, train_wall, num_updates...)."""
+    summary: Dict[str, float] = {}
+    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
+        match = _SUMMARY.search(line)
+        if match:
+            summary = {k: float(v.replace(",", "")) for k, v in _KEY_VALUE.findall(match.group(1))}
+    if not summary:
+        raise RuntimeError(f"no training summary found in {log}")
+    return summary
+
+
+def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
+             hparams: Dict[str, object], subset: str = "test") -> float:
+    """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it."""
+    args = [str(data_bin), "--path", str(checkpoint), "--gen-subset", subset, "--task", "translation",
+            "--source-lang", "en", "--target-lang", "de", "--beam", str(hparams["beam"]),
+            "--batch-size", str(hparams["decode_batch"]), "--remove-bpe", "sentencepiece",
+            "--max-len-a", "1.2", "--max-len-b", "10", "--max-source-positions", "1024",
+            "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
+            "--user-dir", USER_DIR, *hparams["device_flags"]]
+    run_logged("fairseq-generate", args, log, stdout_file=hyp_file)
+    match = re.search(r"\(([0-9.]+) sentences/s", hyp_file.read_text(encoding="utf-8") + log.read_text())
+    if not match:
+        raise RuntimeError(f"fairseq-generate printed no speed line; see {log}")
+    return float(match.group(1))
+
+
+def continue_from(source_dir: Path, target_dir: Path) -> None:
+    """Starts ``target_dir`` from ``source_dir``'s last checkpoint (to train it longer)."""
+    target_dir.mkdir(parents=True, exist_ok=True)
+    if not (target_dir / "checkpoint_last.pt").exists():
+        shutil.copy2(source_dir / "checkpoint_last.pt", target_dir / "checkpoint_last.pt")

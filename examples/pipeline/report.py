@@ -1,0 +1,54 @@
+"""The results table in the form of the paper's Table 1 (Markdown and JSON)."""
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+import torch
+
+from fairseq_capsagg.evaluation import significance_mark
+
+
+def count_checkpoint_parameters(checkpoint: Path) -> int:
+    """Trainable tensors in a checkpoint, each shared (tied) tensor counted once."""
+    state = torch.load(checkpoint, map_location="cpu")
+    seen, total = set(), 0
+    for name, tensor in state["model"].items():
+        if name.endswith((".version", "._float_tensor")) or not tensor.is_floating_point():
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.numel())
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel()
+    return total
+
+
+def format_markdown(rows: List[Dict[str, object]], caption: str) -> str:
+    lines = [
+        "| # | model | updates | # params | train (updates/s) | train (tgt tok/s) | train time (s) "
+        "| decode (sent/s) | BLEU | Δ BLEU | chrF | bootstrap p | sign test p |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    base_params = rows[0]["params"]
+    for i, row in enumerate(rows, 1):
+        params = f"{row['params'] / 1e6:.2f}M" if i == 1 else f"+{(row['params'] - base_params) / 1e6:.2f}M"
+        delta = "–" if row.get("delta_bleu") is None else f"{row['delta_bleu']:+.2f}"
+        mark = significance_mark(row["bootstrap_p"]) if row.get("bootstrap_p") is not None else ""
+        boot = "–" if row.get("bootstrap_p") is None else f"{row['bootstrap_p']:.4f}"
+        sign = "–" if row.get("sign_p") is None else f"{row['sign_p']:.2g} ({row['sign_better']}/{row['sign_worse']})"
+        lines.append(
+            f"| {i} | {row['label']} | {row['updates']} | {params} | {row['updates_per_s']:.2f} "
+            f"| {row['target_tokens_per_s']:.0f} | {row['train_seconds']:.0f} | {row['decode_sentences_per_s']:.2f} "
+            f"| {row['bleu']:.2f}{mark} | {delta} | {row['chrf']:.2f} | {boot} | {sign} |"
+        )
+    notes = ("\nBLEU and chrF: sacrebleu, detokenised, on the test split. † p < 0.01, * p < 0.05 "
+             "(paired bootstrap, 1000 resamples, against row 1). Sign test: two-sided binomial over "
+             "sentences whose sentence-BLEU differs from the baseline's (better/worse).")
+    return f"{caption}\n\n" + "\n".join(lines) + "\n" + notes + "\n"
+
+
+def write_report(rows: List[Dict[str, object]], workdir: Path, caption: str) -> Path:
+    (workdir / "results.json").write_text(json.dumps({"caption": caption, "rows": rows}, indent=2))
+    path = workdir / "results.md"
+    path.write_text(format_markdown(rows, caption))
+    return path

@@ -1,0 +1,22 @@
+"""fairseq_capsagg: dynamic layer aggregation for fairseq Transformers.
+
+Implements Dou et al. (AAAI 2019), "Dynamic Layer Aggregation for Neural
+Machine Translation with Routing-by-Agreement". Importing the package (or
+passing ``--user-dir`` to a fairseq tool) registers the ``capsagg_transformer``
+model and its ``transformer_{linagg,dyncomb,dynrouting,emrouting}_{base,big,small}``
+architectures.
+"""
+
+import os
+
+from . import models  # noqa: F401 (registers the model and architectures)
+from .aggregators import AggregationConfigError, build_aggregator
+from .cli_errors import install_error_hook
+from .safe_checkpoints import allow_fairseq_checkpoint_globals
+
+USER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+install_error_hook()
+allow_fairseq_checkpoint_globals()
+
+__all__ = ["USER_DIR", "AggregationConfigError", "build_aggregator"]

@@ -1,0 +1,99 @@
+"""Input capsules and votes shared by the routing-by-agreement aggregators."""
+
+from typing import List, Optional
+
+import torch
+from torch import Tensor, nn
+
+from .base import LayerAggregator
+
+#: Added under square roots and logarithms; routing runs in fp32, where it is exact enough.
+ROUTING_EPS = 1e-6
+
+
+def squash(s: Tensor, dim: int = -1) -> Tensor:
+    """Omega = |S|^2 / (1 + |S|^2) * S / |S| (Eq. 6).
+
+    The norm is taken as sqrt(|S|^2 + eps), which keeps the output and its
+    gradient finite when S = 0 and leaves |Omega| < 1.
+    """
+    sq_norm = s.pow(2).sum(dim=dim, keepdim=True)
+    return s * (sq_norm / (1.0 + sq_norm) / torch.sqrt(sq_norm + ROUTING_EPS))
+
+
+class CapsuleRouting(LayerAggregator):
+    """Builds input capsules and votes from the layers; subclasses route them.
+
+    * Input capsules (Eq. 9): H^_l = F_l(H^1, ..., H^L), a distinct linear map
+      of the concatenated layers per input capsule (``capsule_input='all'``,
+      one (L*d -> L*d) projection), or H^_l = F_l(H^l) (``'layer'``, one
+      batched (L, d, d) product; the Table 4 ablation).
+    * Votes (Eq. 8): V_{l->n} = W_{l->n} H^_l with W_{l->n} in R^{(d/N) x d},
+      stored as one (L, d, d) tensor whose rows are split into N capsules.
+
+    Routing itself (:meth:`route`) runs in fp32 with autocast off, whatever
+    the model's precision, and its output is cast back.
+
+    When :attr:`capture_agreement` is set, every forward records the
+    agreement C (L x N per position) of each iteration before its update
+    step in :attr:`agreement`, and the padding mask in
+    :attr:`captured_padding_mask`; nothing is recorded otherwise.
+    """
+
+    def __init__(
+        self,
+        embed_dim: int,
+        num_layers: int,
+        output_capsules: int,
+        routing_iters: int,
+        capsule_input: str = "all",
+    ):
+        super().__init__(embed_dim, num_layers)
+        self.output_capsules = output_capsules
+        self.capsule_dim = embed_dim // output_capsules
+        self.routing_iters = routing_iters
+        self.capsule_input = capsule_input
+        if capsule_input == "all":
+            self.input_capsules = nn.Linear(num_layers * embed_dim, num_layers * embed_dim)
+            nn.init.xavier_uniform_(self.input_capsules.weight)
+            nn.init.zeros_(self.input_capsules.bias)
+        else:
+            self.input_capsule_weight = nn.Parameter(torch.empty(num_layers, embed_dim, embed_dim))
+            self.input_capsule_bias = nn.Parameter(torch.zeros(num_layers, embed_dim))
+            nn.init.xavier_uniform_(self.input_capsule_weight)
+        self.vote_weight = nn.Parameter(torch.empty(num_layers, embed_dim, embed_dim))
+        nn.init.xavier_uniform_(self.vote_weight)
+        self.capture_agreement = False
+        self.agreement: List[Tensor] = []
+        self.captured_padding_mask: Optional[Tensor] = None
+
+    def build_input_capsules(self, layers: Tensor) -> Tensor:
+        """(T, B, L, d) layers -> (T, B, L, d) input capsules H^_l (Eq. 9)."""
+        if self.capsule_input == "all":
+            t, b, num_layers, d = layers.shape
+            return self.input_capsules(layers.reshape(t, b, -1)).view(t, b, num_layers, d)
+        return torch.einsum("tblk,ldk->tbld", layers, self.input_capsule_weight) + self.input_capsule_bias
+
+    def build_votes(self, capsules: Tensor) -> Tensor:
+        """(T, B, L, d) input capsules -> (T, B, L, N, d/N) votes V_{l->n} (Eq. 8)."""
+        votes = torch.einsum("tblk,ldk->tbld", capsules, self.vote_weight)
+        return votes.unflatten(-1, (self.output_capsules, self.capsule_dim))
+
+    def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        capsules = self.build_input_capsules(layers)
+        votes = self.build_votes(capsules)
+        if self.capture_agreement:
+            self.agreement = []
+            self.captured_padding_mask = None if padding_mask is None else padding_mask.detach()
+        with torch.autocast(device_type=layers.device.type, enabled=False):
+            omega = self.route(capsules.float(), votes.float())
+        return omega.flatten(-2).to(layers.dtype)
+
+    def record(self, agreement: Tensor) -> None:
+        """Keeps a detached copy of this iteration's agreement C when capturing."""
+        if self.capture_agreement:
+            self.agreement.append(agreement.detach())
+
+    def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
+        """Routes fp32 votes (T, B, L, N, d/N) to output capsules (T, B, N, d/N)."""
+        raise NotImplementedError

@@ -1,0 +1,75 @@
+"""Scoring translations: id alignment, BLEU/chrF and significance against a baseline."""
+
+import re
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+from scipy.stats import binomtest
+
+_LINE = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
+
+
+def read_generate_output(path: Path) -> Dict[int, str]:
+    """Detokenised hypotheses by sentence id from ``fairseq-generate`` output (``D-`` lines)."""
+    hypotheses = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            match = _LINE.match(line.rstrip("\n"))
+            if match:
+                hypotheses[int(match.group(1))] = match.group(2)
+    return hypotheses
+
+
+def align_hypotheses(hypotheses: Dict[int, str], num_sentences: int) -> Tuple[List[str], List[int]]:
+    """Orders hypotheses by id; sentences fairseq skipped get an empty hypothesis.
+
+    ``fairseq-generate`` prints in batch order and silently drops inputs it
+    cannot fit, so lines must be matched by id, never by position.
+
+    Returns:
+        (one hypothesis per reference, the ids that had none).
+    """
+    unknown = sorted(i for i in hypotheses if not 0 <= i < num_sentences)
+    if unknown:
+        raise ValueError(f"hypothesis ids {unknown[:5]} are outside the {num_sentences} references")
+    missing = [i for i in range(num_sentences) if i not in hypotheses]
+    return [hypotheses.get(i, "") for i in range(num_sentences)], missing
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, float]:
+    """Detokenised sacrebleu BLEU and chrF."""
+    bleu = BLEU().corpus_score(list(hypotheses), [list(references)])
+    chrf = CHRF().corpus_score(list(hypotheses), [list(references)])
+    return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
+
+
+def sign_test(baseline: Sequence[str], system: Sequence[str], references: Sequence[str]) -> Dict[str, float]:
+    """The sign test used by the paper (Collins et al. 2005), on sentence-level BLEU.
+
+    Counts the sentences a system translates better or worse than the baseline
+    (ties are dropped) and returns the two-sided binomial p-value.
+    """
+    bleu = BLEU(effective_order=True)
+    better = worse = 0
+    for base, hyp, ref in zip(baseline, system, references):
+        delta = bleu.sentence_score(hyp, [ref]).score - bleu.sentence_score(base, [ref]).score
+        better += delta > 0
+        worse += delta < 0
+    p_value = binomtest(better, better + worse).pvalue if better + worse else 1.0
+    return {"better": better, "worse": worse, "p_value": float(p_value)}
+
+
+def paired_bootstrap(baseline: Sequence[str], systems: Dict[str, Sequence[str]],
+                     references: Sequence[str], samples: int = 1000) -> Dict[str, float]:
+    """sacrebleu's paired bootstrap resampling: p-value of each system against the baseline."""
+    named = [("baseline", list(baseline))] + [(name, list(h)) for name, h in systems.items()]
+    _, results = PairedTest(named, {"BLEU": BLEU(references=[list(references)])}, references=None,
+                            test_type="bs", n_samples=samples)()
+    return {name: float(r.p_value) for name, r in zip(results["System"][1:], results["BLEU"][1:])}
+
+
+def significance_mark(p_value: float) -> str:
+    """'†' for p < 0.01 as in the paper's Table 2, '*' for p < 0.05."""
+    return "†" if p_value < 0.01 else "*" if p_value < 0.05 else ""

@@ -1,0 +1,19 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="fairseq-capsagg",
+    version="0.1.0",
+    description=(
+        "Dynamic layer aggregation with routing-by-agreement for fairseq Transformers "
+        "(Dou et al., AAAI 2019)"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    packages=find_packages(include=["fairseq_capsagg", "fairseq_capsagg.*"]),
+    python_requires=">=3.9",
+    # fairseq itself (fairseq-fixed==0.12.3.1 on Python 3.11) is installed separately with
+    # --no-deps: its metadata asks for torchaudio, which would pull a second torch.
+    install_requires=["torch>=2.0", "numpy", "sacrebleu>=2.0", "sentencepiece", "matplotlib"],
+    entry_points={"console_scripts": ["capsagg-params=fairseq_capsagg.param_count:cli_main"]},
+    classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
+)

@@ -1,0 +1,79 @@
+"""Round trips through the real fairseq console scripts with --user-dir."""
+
+import re
+
+import pytest
+
+from conftest import TINY_CORPUS, run_tool
+from fairseq_capsagg import USER_DIR
+
+FAMILIES = ["linagg", "dyncomb", "dynrouting", "emrouting"]
+TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+        "--decoder-ffn-embed-dim", "64", "--encoder-layers", "3", "--decoder-layers", "3",
+        "--output-capsules", "8"]
+
+
+def train(data, save_dir, arch, *extra):
+    return run_tool(
+        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *TINY, *extra,
+        "--task", "translation", "--source-lang", "en", "--target-lang", "de", "--cpu",
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--log-format", "simple",
+        "--log-interval", "1", "--seed", "1", "--num-workers", "0",
+    )
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_preprocess_train_generate_interactive(family, tiny_data_bin, tmp_path):
+    arch = f"transformer_{family}_small"
+    result = train(tiny_data_bin, tmp_path, arch)
+    assert "num. updates: 3" in result.stderr + result.stdout or (tmp_path / "checkpoint_last.pt").exists()
+    checkpoint = tmp_path / "checkpoint_last.pt"
+    assert checkpoint.exists()
+    losses = [float(x) for x in re.findall(r"\| loss ([0-9.]+)", result.stderr + result.stdout)]
+    assert losses and all(loss == loss for loss in losses)  # logged and not NaN
+
+    generated = run_tool(
+        "fairseq-generate", str(tiny_data_bin), "--user-dir", USER_DIR, "--path", str(checkpoint),
+        "--gen-subset", "test", "--beam", "2", "--max-len-b", "8", "--batch-size", "16", "--cpu",
+        "--source-lang", "en", "--target-lang", "de",
+    )
+    hypotheses = [line for line in generated.stdout.splitlines() if line.startswith("H-")]
+    assert len(hypotheses) == len((TINY_CORPUS / "test.en").read_text().splitlines())
+
+    source = "Are you taking any other medications ?\nThe book is on the table .\n"
+    interactive = run_tool(
+        "fairseq-interactive", str(tiny_data_bin), "--user-dir", USER_DIR, "--path", str(checkpoint),
+        "--beam", "2", "--max-len-b", "8", "--cpu", "--source-lang", "en", "--target-lang", "de",
+        stdin=source,
+    )
+    assert len([line for line in interactive.stdout.splitlines() if line.startswith("H-")]) == 2
+
+
+def test_bad_capsule_count_is_one_clear_line(tiny_data_bin, tmp_path):
+    result = run_tool(
+        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch",
+        "transformer_emrouting_small", "--output-capsules", "48", "--cpu", "--max-update", "1",
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--save-dir", str(tmp_path),
+        check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if "error" in line]
+    assert error_lines == [
+        "fairseq-train: error: --output-capsules: got 48, but it must be a positive divisor of "
+        "the model dimension 128 (allowed: 1, 2, 4, 8, 16, 32, 64, 128)"
+    ]
+    assert not (tmp_path / "checkpoint_last.pt").exists()
+
+
+def test_unknown_aggregation_is_refused_by_the_parser(tiny_data_bin, tmp_path):
+    result = run_tool(
+        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch",
+        "transformer_linagg_small", "--encoder-aggregation", "mean", "--cpu",
+        "--save-dir", str(tmp_path), check=False,
+    )
+    assert result.returncode == 2
+    assert "argument --encoder-aggregation: invalid choice: 'mean'" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,187 @@
+"""Dynamic and EM routing against the slow references, invariants and numerics."""
+
+import pytest
+import torch
+
+import routing_reference as ref
+from fairseq_capsagg.aggregators import AggregationConfig, build_aggregator, squash
+from fairseq_capsagg.aggregators.em_routing import VARIANCE_FLOOR
+
+T, B, D, L = 3, 2, 8, 4
+ROUTINGS = ["dynamic-routing", "em-routing"]
+
+
+def build(name, n_caps=4, iters=3, capsule_input="all", seed=0):
+    torch.manual_seed(seed)
+    cfg = AggregationConfig(output_capsules=n_caps, routing_iters=iters, capsule_input=capsule_input)
+    agg = build_aggregator(name, D, L, cfg)
+    if name == "em-routing":
+        with torch.no_grad():  # non-trivial betas so that Eq. 15 is exercised
+            agg.beta_a.normal_()
+            agg.beta_mu.normal_(std=0.1)
+    return agg
+
+
+def layers(t=T, b=B, scale=1.0, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [scale * torch.randn(t, b, D, generator=g) for _ in range(L)]
+
+
+@pytest.mark.parametrize("n_caps", [1, 4, D])
+@pytest.mark.parametrize("iters", [1, 3])
+@pytest.mark.parametrize("capsule_input", ["all", "layer"])
+@torch.no_grad()
+def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input):
+    agg = build("dynamic-routing", n_caps, iters, capsule_input)
+    agg.capture_agreement = True
+    xs = layers()
+    out = agg(xs, None)
+    for t in range(T):
+        for b in range(B):
+            _, votes = ref.reference_votes(agg, [x[t, b].double() for x in xs])
+            omega, history = ref.dynamic_routing(votes, iters)
+            torch.testing.assert_close(out[t, b].double(), torch.cat(omega), rtol=1e-4, atol=1e-5)
+            for it in range(iters):
+                torch.testing.assert_close(agg.agreement[it][t, b].double(),
+                                           torch.tensor(history[it], dtype=torch.double),
+                                           rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_caps", [1, 4, D])
+@pytest.mark.parametrize("iters", [1, 3])
+@pytest.mark.parametrize("capsule_input", ["all", "layer"])
+@torch.no_grad()
+def test_em_routing_matches_algorithm_2(n_caps, iters, capsule_input):
+    agg = build("em-routing", n_caps, iters, capsule_input)
+    agg.capture_agreement = True
+    xs = layers()
+    out = agg(xs, None)
+    for t in range(T):
+        for b in range(B):
+            capsules, votes = ref.reference_votes(agg, [x[t, b].double() for x in xs])
+            input_act = [torch.sigmoid(agg.activation_weight[l].double() @ capsules[l]
+                                       + agg.activation_bias[l].double()).item() for l in range(L)]
+            omega, history, acts = ref.em_routing(votes, input_act, agg.beta_a, agg.beta_mu, iters,
+                                                  agg.inverse_temperature, VARIANCE_FLOOR)
+            torch.testing.assert_close(out[t, b].double(), torch.cat(omega), rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(agg.output_activations[-1][t, b].double(),
+                                       torch.tensor(acts, dtype=torch.double), rtol=1e-4, atol=1e-5)
+            for it in range(iters):
+                torch.testing.assert_close(agg.agreement[it][t, b].double(),
+                                           torch.tensor(history[it], dtype=torch.double),
+                                           rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+def test_agreement_is_a_distribution_over_output_capsules(name):
+    agg = build(name, n_caps=4, iters=4)
+    agg.capture_agreement = True
+    agg(layers(scale=3.0), None)
+    assert len(agg.agreement) == 4
+    for c in agg.agreement:
+        assert c.shape == (T, B, L, 4)
+        assert (c >= 0).all()
+        torch.testing.assert_close(c.sum(-1), torch.ones(T, B, L))
+    torch.testing.assert_close(agg.agreement[0], torch.full((T, B, L, 4), 0.25))
+
+
+def test_nothing_is_recorded_unless_capturing():
+    agg = build("em-routing")
+    agg(layers(), None)
+    assert agg.agreement == [] and agg.output_activations == []
+
+
+def test_squash_norm_below_one_and_keeps_direction():
+    s = torch.randn(100, 6, generator=torch.Generator().manual_seed(0))
+    s = s * torch.logspace(-4, 4, 100).unsqueeze(1)
+    out = squash(s)
+    norms = out.norm(dim=-1)
+    assert (norms <= 1).all()
+    assert (norms[s.norm(dim=-1) < 100] < 1).all()  # beyond that fp32 rounds |S|^2/(1+|S|^2) to 1
+    visible = s.norm(dim=-1) > 1e-2  # cosine_similarity's own eps swamps smaller vectors
+    cos = torch.nn.functional.cosine_similarity(out[visible], s[visible], dim=-1)
+    torch.testing.assert_close(cos, torch.ones_like(cos))
+    s_norm = s.norm(dim=-1)
+    torch.testing.assert_close(norms[visible], (s_norm ** 2 / (1 + s_norm ** 2))[visible])
+
+
+def test_dynamic_routing_one_iteration_closed_form():
+    """T = 1: Omega_n = squash(1/N sum_l V_{l->n})."""
+    agg = build("dynamic-routing", n_caps=4, iters=1)
+    xs = layers()
+    votes = agg.build_votes(agg.build_input_capsules(torch.stack(xs, 2)))
+    expected = squash(votes.sum(dim=2) / 4).flatten(-2)
+    torch.testing.assert_close(agg(xs, None), expected)
+
+
+def test_em_routing_one_iteration_closed_form():
+    """T = 1: mu_n = sum_l A_l V_{l->n} / sum_l A_l, Omega_n = A^Omega_n mu_n."""
+    agg = build("em-routing", n_caps=4, iters=1)
+    agg.capture_agreement = True
+    xs = layers()
+    out = agg(xs, None)
+    votes = agg.build_votes(agg.build_input_capsules(torch.stack(xs, 2)))
+    a = agg.input_activations.unsqueeze(-1).unsqueeze(-1)
+    mu = (a * votes).sum(2) / a.sum(2)
+    expected = (agg.output_activations[0].unsqueeze(-1) * mu).flatten(-2)
+    torch.testing.assert_close(out, expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+def test_sentence_alone_equals_sentence_in_padded_batch(name):
+    agg = build(name)
+    g = torch.Generator().manual_seed(3)
+    batch = [torch.randn(6, 3, D, generator=g) for _ in range(L)]
+    mask = torch.tensor([[False] * 6, [False] * 4 + [True] * 2, [False] * 2 + [True] * 4])
+    together = agg(batch, mask)
+    for b, length in enumerate([6, 4, 2]):
+        alone = agg([x[:length, b:b + 1] for x in batch], None)
+        torch.testing.assert_close(together[:length, b:b + 1], alone, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+@pytest.mark.parametrize("case", ["zeros", "huge", "tiny"])
+def test_forward_and_backward_finite_at_extremes(name, case):
+    agg = build(name)
+    scale = {"zeros": 0.0, "huge": 1e4, "tiny": 1e-6}[case]
+    if case == "zeros":
+        with torch.no_grad():
+            agg.input_capsules.bias.zero_()
+    xs = [x.requires_grad_() for x in layers(scale=scale)]
+    mask = torch.tensor([[False, False, True], [False, True, True]])
+    out = agg(xs, mask)
+    out.sum().backward()
+    assert torch.isfinite(out).all()
+    for p in list(agg.parameters()) + xs:
+        assert torch.isfinite(p.grad).all()
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_module_routes_in_fp32(name, dtype):
+    agg = build(name)
+    reference = agg([x for x in layers()], None)
+    agg = agg.to(dtype)
+    agg.capture_agreement = True
+    xs = [x.to(dtype).requires_grad_() for x in layers(scale=30.0)]
+    out = agg(xs, None)
+    assert out.dtype == dtype
+    assert agg.agreement[-1].dtype == torch.float32
+    out.float().pow(2).sum().backward()
+    assert torch.isfinite(out).all()
+    assert all(torch.isfinite(p.grad).all() for p in agg.parameters())
+    out_small = agg([x.to(dtype) for x in layers()], None)
+    torch.testing.assert_close(out_small.float(), reference, rtol=0.1, atol=0.05)
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+def test_autocast_bf16_keeps_routing_in_fp32(name):
+    agg = build(name)
+    agg.capture_agreement = True
+    xs = [x.requires_grad_() for x in layers(scale=10.0)]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = agg(xs, None)
+    assert agg.agreement[-1].dtype == torch.float32
+    out.float().sum().backward()
+    assert torch.isfinite(out.float()).all()
+    assert all(torch.isfinite(x.grad).all() for x in xs)
