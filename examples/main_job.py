@@ -50,7 +50,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--no-equal-time", action="store_true",
-                   help="skip training the baseline to the slowest system's wall-clock")
+                   help="skip the equal wall-clock rows (baseline trained on; aggregator warm-started "
+                        "from the baseline)")
+    p.add_argument("--model-args", default="",
+                   help="extra fairseq-train flags for the aggregator systems, e.g. '--routing-iters 2'")
     p.add_argument("--gpu", action="store_true", help="train and decode on CUDA (default: CPU)")
     p.add_argument("--quick", action="store_true",
                    help="a few minutes: 3000 training pairs, 100 test pairs, 1k vocabulary, 40 updates")
@@ -69,6 +72,8 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
     keys = ["corpus", "shape", "vocab_size", "max_train_tokens", "max_update", "max_tokens", "lr",
             "warmup", "beam", "seed", "quick"]
     config = {k: (str(getattr(args, k)) if isinstance(getattr(args, k), Path) else getattr(args, k)) for k in keys}
+    if args.model_args:
+        config["model_args"] = args.model_args
     return config
 
 
@@ -157,42 +162,50 @@ def main(argv=None) -> int:
 
     stages.run("binarise", binarise, data_bin / "dict.en.txt")
 
+    model_args = args.model_args.split()
+
+    def train_row(name: str, system: str, max_update: int, extra=(), earlier_seconds: float = 0.0,
+                  start_from: Path = None):
+        """Trains one row's model (resuming if interrupted) and reads fairseq's speed summary."""
+        save_dir = work / "checkpoints" / name
+        log = work / "logs" / f"train-{name}.log"
+
+        def run():
+            if start_from is not None:
+                fairseq_runs.continue_from(start_from, save_dir)
+            fairseq_runs.train(data_bin, save_dir, system, args.shape, max_update, hp, log,
+                               extra=[*extra, *(model_args if system != "baseline" else [])])
+            summary = fairseq_runs.train_summary(log)
+            # fairseq's train_wall covers this process only: earlier_seconds adds what came before
+            return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
+                    "target_tokens_per_s": summary["wps"],
+                    "train_seconds": earlier_seconds + summary["train_wall"]}
+
+        return dict(stages.run(f"train {name}", run, save_dir / "checkpoint_last.pt"), system=system,
+                    checkpoint=str(save_dir / "checkpoint_last.pt"))
+
     results: Dict[str, Dict[str, object]] = {}
     for system in args.systems:
-        save_dir = work / "checkpoints" / system
-        log = work / "logs" / f"train-{system}.log"
-
-        def train_system(system=system, save_dir=save_dir, log=log):
-            fairseq_runs.train(data_bin, save_dir, system, args.shape, args.max_update, hp, log)
-            summary = fairseq_runs.train_summary(log)
-            return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
-                    "target_tokens_per_s": summary["wps"], "train_seconds": summary["train_wall"]}
-
-        results[system] = dict(stages.run(f"train {system}", train_system, save_dir / "checkpoint_last.pt"),
-                               system=system, label=f"{LABELS[system]} ({args.shape})",
-                               checkpoint=str(save_dir / "checkpoint_last.pt"))
+        results[system] = dict(train_row(system, system, args.max_update),
+                               label=f"{LABELS[system]} ({args.shape})")
 
     reference = args.systems[0]
     slowest = max(args.systems, key=lambda s: results[s]["train_seconds"])
     if reference == "baseline" and slowest != reference and not args.no_equal_time:
-        ratio = results[slowest]["train_seconds"] / results[reference]["train_seconds"]
-        longer = int(round(args.max_update * ratio))
-        save_dir = work / "checkpoints" / "baseline-equal-time"
-        log = work / "logs" / "train-baseline-equal-time.log"
-
-        def train_longer():
-            fairseq_runs.continue_from(work / "checkpoints" / "baseline", save_dir)
-            fairseq_runs.train(data_bin, save_dir, "baseline", args.shape, longer, hp, log)
-            summary = fairseq_runs.train_summary(log)
-            # fairseq's train_wall covers this process only: add the first run's
-            return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
-                    "target_tokens_per_s": summary["wps"],
-                    "train_seconds": results[reference]["train_seconds"] + summary["train_wall"]}
-
+        base, slow = results[reference], results[slowest]
+        longer = int(round(args.max_update * slow["train_seconds"] / base["train_seconds"]))
         results["baseline-equal-time"] = dict(
-            stages.run("train baseline to equal wall-clock", train_longer, save_dir / "checkpoint_last.pt"),
-            system="baseline", label=f"{LABELS['baseline']} ({args.shape}), trained as long as {slowest}",
-            checkpoint=str(save_dir / "checkpoint_last.pt"))
+            train_row("baseline-equal-time", "baseline", longer, earlier_seconds=base["train_seconds"],
+                      start_from=work / "checkpoints" / "baseline"),
+            label=f"{LABELS['baseline']} ({args.shape}), trained as long as row {args.systems.index(slowest) + 1}")
+        # the same wall-clock spent as: baseline for max_update, then the aggregator on top of it
+        extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
+        results[f"{slowest}-warm-start"] = dict(
+            train_row(f"{slowest}-warm-start", slowest, extra_updates, earlier_seconds=base["train_seconds"],
+                      extra=["--finetune-from-model", str(work / "checkpoints" / "baseline" / "checkpoint_last.pt")]),
+            label=f"{LABELS[slowest]} ({args.shape}), warm-started from row 1, trained as long as row "
+                  f"{args.systems.index(slowest) + 1}")
+        results[f"{slowest}-warm-start"]["updates"] += base["updates"]
 
     references = (work / "spm" / "test.de").read_text(encoding="utf-8")  # count only
     num_test = len(references.splitlines())

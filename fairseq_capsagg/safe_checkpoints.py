@@ -8,7 +8,8 @@ carries any other pickled global is still refused by torch.
 """
 
 import argparse
-from typing import List
+from pathlib import Path
+from typing import List, Union
 
 import numpy as np
 import torch
@@ -37,3 +38,28 @@ def fairseq_checkpoint_globals() -> List[object]:
 def allow_fairseq_checkpoint_globals() -> None:
     """Adds :func:`fairseq_checkpoint_globals` to torch's safe globals."""
     torch.serialization.add_safe_globals(fairseq_checkpoint_globals())
+
+
+class UnsafeCheckpointError(RuntimeError):
+    """A checkpoint holds pickled globals that fairseq checkpoints never contain."""
+
+
+def check_checkpoint(path: Union[str, Path]) -> None:
+    """Refuses a checkpoint whose pickle names globals beyond the allow-list.
+
+    Raises:
+        FileNotFoundError: when ``path`` does not exist.
+        UnsafeCheckpointError: naming every unexpected global.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint {path} not found")
+    allowed = {f"{g.__module__}.{g.__qualname__}" for g in fairseq_checkpoint_globals()}
+    allowed |= {f"{g.__module__}.{g.__name__}" for g in fairseq_checkpoint_globals()}
+    unexpected = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+                  if g not in allowed and g.replace("numpy.core.", "numpy._core.") not in allowed]
+    if unexpected:
+        raise UnsafeCheckpointError(
+            f"refusing to load {path}: it pickles {', '.join(sorted(unexpected))}, which fairseq "
+            "checkpoints never contain. Load it only if you trust its origin "
+            "(torch.load(..., weights_only=False)).")

@@ -1,0 +1,5 @@
+"""The paper's analyses: agreement (Eqs. 18-19), BLEU by length, sweeps and ablations."""
+
+from .statistics import agreement_diversity, agreement_entropy
+
+__all__ = ["agreement_diversity", "agreement_entropy"]

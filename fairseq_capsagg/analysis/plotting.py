@@ -1,0 +1,46 @@
+"""Figures of the analyses (matplotlib, Agg backend)."""
+
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import torch  # noqa: E402
+
+
+def plot_heatmaps(agreement: List[torch.Tensor], path: Path, title: str, stats: Dict[str, object]) -> None:
+    """One panel per routing iteration: input capsules (rows) x output capsules (columns)."""
+    iters = len(agreement)
+    fig, axes = plt.subplots(iters, 1, figsize=(10, 1.6 + 1.4 * iters), squeeze=False)
+    vmax = max(float(a.max()) for a in agreement)
+    for it, (ax, a) in enumerate(zip(axes[:, 0], agreement)):
+        image = ax.imshow(a.numpy(), aspect="auto", cmap="Greys", vmin=0.0, vmax=vmax, interpolation="nearest")
+        ax.set_ylabel("input capsule l")
+        ax.set_yticks(range(a.shape[0]), [str(i + 1) for i in range(a.shape[0])])
+        ax.set_title(f"iteration {it + 1}: entropy {stats['entropy'][it]:.2f}, "
+                     f"diversity {stats['diversity'][it]:.2f}", fontsize=10)
+        fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01)
+    axes[-1, 0].set_xlabel("output capsule n")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_series(x_labels: Sequence[str], series: Dict[str, Sequence[float]], path: Path, title: str,
+                xlabel: str, ylabel: str = "BLEU") -> None:
+    """Lines of one value per x label, one line per system."""
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, values in series.items():
+        ax.plot(range(len(x_labels)), values, marker="o", label=name)
+    ax.set_xticks(range(len(x_labels)), list(x_labels))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,91 @@
+"""Warm start from a vanilla Transformer, safe loading, and exact resume."""
+
+import pickle
+import re
+
+import pytest
+import torch
+from fairseq import checkpoint_utils
+
+from conftest import run_tool
+from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.safe_checkpoints import UnsafeCheckpointError, check_checkpoint
+from model_utils import build_tiny_model
+from test_cli import TINY, train
+
+VANILLA_TINY = [f for f in TINY if f not in ("--output-capsules", "8")]
+
+
+@pytest.fixture(scope="module")
+def vanilla_checkpoint(tiny_data_bin, tmp_path_factory):
+    """A plain fairseq `transformer` trained for 3 updates at the tiny shape."""
+    save_dir = tmp_path_factory.mktemp("vanilla")
+    run_tool(
+        "fairseq-train", str(tiny_data_bin), "--arch", "transformer", *VANILLA_TINY,
+        "--user-dir", USER_DIR, "--encoder-normalize-before", "--decoder-normalize-before",
+        "--share-decoder-input-output-embed", "--task", "translation", "--cpu", "--optimizer", "adam",
+        "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3", "--save-dir", str(save_dir),
+        "--no-epoch-checkpoints", "--num-workers", "0",
+    )
+    return save_dir / "checkpoint_last.pt"
+
+
+@pytest.mark.parametrize("family", ["linagg", "dyncomb", "dynrouting", "emrouting"])
+def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_checkpoint, tiny_data_bin):
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(vanilla_checkpoint))
+    vanilla = state["model"]
+    model, _ = build_tiny_model(f"transformer_{family}_small", ["--output-capsules", "8", *VANILLA_TINY])
+    fresh = {k: v.clone() for k, v in model.state_dict().items()}
+    model.load_state_dict(dict(vanilla), strict=True)  # what --finetune-from-model does
+    loaded = model.state_dict()
+    shared = [k for k in loaded if k in vanilla]
+    new = [k for k in loaded if k not in vanilla]
+    assert new and all(".aggregator." in k for k in new)
+    for k in shared:
+        torch.testing.assert_close(loaded[k], vanilla[k], rtol=0, atol=0, msg=k)
+    for k in new:
+        torch.testing.assert_close(loaded[k], fresh[k], rtol=0, atol=0, msg=k)
+
+
+def test_finetune_from_vanilla_checkpoint_on_the_command_line(vanilla_checkpoint, tiny_data_bin, tmp_path):
+    result = train(tiny_data_bin, tmp_path, "transformer_emrouting_small", "--finetune-from-model",
+                   str(vanilla_checkpoint), "--share-decoder-input-output-embed")
+    assert "initialised" in result.stdout + result.stderr
+    assert (tmp_path / "checkpoint_last.pt").exists()
+
+
+def test_our_checkpoints_pass_the_safe_check_and_load_weights_only(vanilla_checkpoint):
+    check_checkpoint(vanilla_checkpoint)
+    state = torch.load(vanilla_checkpoint, map_location="cpu", weights_only=True)
+    assert "model" in state
+
+
+class Payload:
+    """Stands for an arbitrary pickled object a hostile checkpoint could carry."""
+
+
+def test_checkpoint_with_other_globals_is_refused(vanilla_checkpoint, tmp_path):
+    state = torch.load(vanilla_checkpoint, map_location="cpu", weights_only=True)
+    state["extra"] = Payload()
+    bad = tmp_path / "bad.pt"
+    torch.save(state, bad, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    with pytest.raises(UnsafeCheckpointError, match=r"refusing to load .*bad\.pt: it pickles test_checkpoints\.Payload"):
+        check_checkpoint(bad)
+    with pytest.raises(pickle.UnpicklingError):
+        torch.load(bad, map_location="cpu", weights_only=True)
+
+
+def test_resumed_training_logs_the_same_losses(tiny_data_bin, tmp_path):
+    extra = ["--max-tokens", "500", "--log-interval", "1", "--dropout", "0.1"]
+
+    def losses(output):
+        return {int(u): loss for loss, u in re.findall(r"\| loss ([0-9.]+) .*?\| num_updates (\d+)", output)}
+
+    straight = train(tiny_data_bin, tmp_path / "straight", "transformer_emrouting_small", *extra,
+                     "--max-update", "8")
+    first = train(tiny_data_bin, tmp_path / "resumed", "transformer_emrouting_small", *extra, "--max-update", "4")
+    second = train(tiny_data_bin, tmp_path / "resumed", "transformer_emrouting_small", *extra, "--max-update", "8")
+    expected = losses(straight.stdout + straight.stderr)
+    got = {**losses(first.stdout + first.stderr), **losses(second.stdout + second.stderr)}
+    assert sorted(expected) == list(range(1, 9))
+    assert got == expected

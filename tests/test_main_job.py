@@ -1,0 +1,89 @@
+"""The main job's --quick mode end to end, its resumability and its refusals."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, TINY_CORPUS
+
+sys.path.insert(0, str(ROOT / "examples"))
+from pipeline import corpus as corpus_mod  # noqa: E402
+
+MAIN_JOB = ROOT / "examples" / "main_job.py"
+
+
+def main_job(*args, check=True):
+    result = subprocess.run([sys.executable, str(MAIN_JOB), *args], capture_output=True, text=True,
+                            timeout=900)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
+    return result
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("quick")
+    return workdir, main_job("--quick", "--workdir", str(workdir))
+
+
+def test_quick_main_job_writes_the_table(quick_run):
+    workdir, result = quick_run
+    rows = json.loads((workdir / "results.json").read_text())["rows"]
+    assert [r["system"] for r in rows] == ["baseline", "emrouting", "baseline"]
+    assert rows[0]["updates"] == 40 and rows[1]["updates"] == 40 and rows[2]["updates"] > 40
+    assert rows[1]["params"] > rows[0]["params"] == rows[2]["params"]
+    for row in rows:
+        assert 0 <= row["bleu"] <= 100 and row["chrf"] > 0
+        assert row["updates_per_s"] > 0 and row["decode_sentences_per_s"] > 0
+    assert 0 <= rows[1]["bootstrap_p"] <= 1 and 0 <= rows[1]["sign_p"] <= 1
+    # the equal wall-clock baseline trained at least as long as EM routing
+    assert rows[2]["train_seconds"] >= rows[1]["train_seconds"] - 2
+    table = (workdir / "results.md").read_text()
+    assert "| 2 | + EM Routing (small) | 40 |" in table
+    for stage in ["corpus", "subwords", "binarise", "train baseline", "train emrouting"]:
+        assert f"[main-job] {stage} ..." in result.stdout
+
+
+def test_rerun_skips_finished_stages(quick_run):
+    workdir, _ = quick_run
+    before = (workdir / "results.json").read_text()
+    result = main_job("--quick", "--workdir", str(workdir))
+    assert "train emrouting: done already, skipped" in result.stdout
+    assert "translate and score emrouting: done already, skipped" in result.stdout
+    assert json.loads(before)["rows"][1]["bleu"] == json.loads((workdir / "results.json").read_text())["rows"][1]["bleu"]
+
+
+def test_other_configuration_in_the_same_workdir_is_refused(quick_run):
+    workdir, _ = quick_run
+    checkpoint = workdir / "checkpoints" / "emrouting" / "checkpoint_last.pt"
+    stamp = checkpoint.stat().st_mtime
+    result = main_job("--quick", "--workdir", str(workdir), "--lr", "0.01", check=False)
+    assert result.returncode == 2
+    assert "holds results of another configuration (lr: 0.002 -> 0.01)" in result.stderr
+    assert checkpoint.stat().st_mtime == stamp
+
+
+def test_truncated_tarball_is_refused(tmp_path):
+    truncated = tmp_path / "corpus.tar.xz"
+    truncated.write_bytes(corpus_mod.DEFAULT_TARBALL.read_bytes()[:100000])
+    with pytest.raises(corpus_mod.CorpusError, match="damaged or truncated"):
+        corpus_mod.unpack_tarball(truncated, tmp_path / "out")
+    with pytest.raises(corpus_mod.CorpusError, match="cannot be unpacked"):
+        corpus_mod.unpack_tarball(truncated, tmp_path / "out", expected_sha256="")
+
+
+def test_mismatched_or_missing_corpus_files_are_refused(tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(TINY_CORPUS, corpus)
+    with open(corpus / "valid.de", "a") as f:
+        f.write("eine Zeile zu viel\n")
+    (corpus / "test.en").unlink()
+    result = main_job("--corpus", str(corpus), "--workdir", str(tmp_path / "work"), check=False)
+    assert result.returncode == 2
+    assert "valid.en has 40 lines but valid.de has 41" in result.stderr
+    assert "test.en is missing" in result.stderr
+    assert not (tmp_path / "work" / "checkpoints").exists()
