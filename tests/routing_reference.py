@@ -13,7 +13,11 @@ def reference_votes(agg, layers_at_position):
     """Input capsules (Eq. 9) and votes (Eq. 8) for one position; layers: list of (d,)."""
     num_layers, d = len(layers_at_position), layers_at_position[0].numel()
     n_caps, h = agg.output_capsules, agg.capsule_dim
-    if agg.capsule_input == "all":
+    if agg.capsule_input == "all" and agg.capsule_rank > 0:
+        shared = agg.capsule_bottleneck.weight.double() @ torch.cat(layers_at_position)
+        capsules = [agg.input_capsule_weight[l].double() @ shared + agg.input_capsule_bias[l].double()
+                    for l in range(num_layers)]
+    elif agg.capsule_input == "all":
         concat = torch.cat(layers_at_position)
         w = agg.input_capsules.weight.double().view(num_layers, d, num_layers * d)
         b = agg.input_capsules.bias.double().view(num_layers, d)

@@ -125,6 +125,8 @@ def test_wrong_number_of_layers_is_explained():
         ("dynamic-routing", {"capsule_input": "some"}, r"--capsule-input: got 'some'; choose one of all, layer"),
         ("linear", {"linear_weights": "scalar"}, r"--linear-combination-weights"),
         ("em-routing", {"em_inverse_temperature": 0.0}, r"--em-inverse-temperature"),
+        ("em-routing", {"capsule_rank": -1}, r"--capsule-rank: got -1"),
+        ("dynamic-routing", {"capsule_rank": 8, "capsule_input": "layer"}, r"--capsule-rank .* needs --capsule-input all"),
     ],
 )
 def test_bad_settings_name_the_flag(name, cfg, pattern):

@@ -87,3 +87,33 @@ def test_mismatched_or_missing_corpus_files_are_refused(tmp_path):
     assert "valid.en has 40 lines but valid.de has 41" in result.stderr
     assert "test.en is missing" in result.stderr
     assert not (tmp_path / "work" / "checkpoints").exists()
+
+
+def test_hub_loads_and_translates_with_sentencepiece(quick_run):
+    from fairseq_capsagg.hub import from_pretrained
+    from fairseq_capsagg.models import CapsAggTransformerModel
+
+    workdir, _ = quick_run
+    hub = from_pretrained(workdir / "checkpoints" / "emrouting", "checkpoint_last.pt",
+                          data_name_or_path=workdir / "data-bin", bpe="sentencepiece",
+                          sentencepiece_model=str(workdir / "spm" / "spm.model"))
+    assert isinstance(hub.models[0], CapsAggTransformerModel)
+    out = hub.translate(["Open the file.", "Save the document as PDF."], beam=2)
+    assert len(out) == 2 and all(isinstance(s, str) and "▁" not in s for s in out)
+
+
+def test_agreement_analysis_of_the_quick_model(quick_run, tmp_path):
+    from fairseq_capsagg.analysis.__main__ import main as analysis_main
+
+    workdir, _ = quick_run
+    code = analysis_main(["agreement", "--path", str(workdir / "checkpoints" / "emrouting" / "checkpoint_last.pt"),
+                          "--data", str(workdir / "data-bin"), "--subset", "test", "--output-dir", str(tmp_path)])
+    assert code == 0
+    result = json.loads((tmp_path / "agreement.json").read_text())
+    for side in ("encoder", "decoder"):
+        stats = result[side]
+        assert stats["positions"] > 500
+        assert len(stats["entropy"]) == 3
+        assert stats["entropy"][0] == pytest.approx(__import__("math").log(128))  # uniform start, N = d
+        assert stats["diversity"][0] == pytest.approx(0.0, abs=1e-6)
+        assert (tmp_path / f"agreement-{side}.png").stat().st_size > 20_000

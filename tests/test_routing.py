@@ -12,8 +12,11 @@ ROUTINGS = ["dynamic-routing", "em-routing"]
 
 
 def build(name, n_caps=4, iters=3, capsule_input="all", seed=0):
+    """``capsule_input`` 'all-rank3' means 'all' factorised through a rank-3 bottleneck."""
     torch.manual_seed(seed)
-    cfg = AggregationConfig(output_capsules=n_caps, routing_iters=iters, capsule_input=capsule_input)
+    rank = int(capsule_input.split("rank")[1]) if "rank" in capsule_input else 0
+    cfg = AggregationConfig(output_capsules=n_caps, routing_iters=iters,
+                            capsule_input=capsule_input.split("-")[0], capsule_rank=rank)
     agg = build_aggregator(name, D, L, cfg)
     if name == "em-routing":
         with torch.no_grad():  # non-trivial betas so that Eq. 15 is exercised
@@ -29,7 +32,7 @@ def layers(t=T, b=B, scale=1.0, seed=1):
 
 @pytest.mark.parametrize("n_caps", [1, 4, D])
 @pytest.mark.parametrize("iters", [1, 3])
-@pytest.mark.parametrize("capsule_input", ["all", "layer"])
+@pytest.mark.parametrize("capsule_input", ["all", "layer", "all-rank3"])
 @torch.no_grad()
 def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input):
     agg = build("dynamic-routing", n_caps, iters, capsule_input)
@@ -49,7 +52,7 @@ def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input):
 
 @pytest.mark.parametrize("n_caps", [1, 4, D])
 @pytest.mark.parametrize("iters", [1, 3])
-@pytest.mark.parametrize("capsule_input", ["all", "layer"])
+@pytest.mark.parametrize("capsule_input", ["all", "layer", "all-rank3"])
 @torch.no_grad()
 def test_em_routing_matches_algorithm_2(n_caps, iters, capsule_input):
     agg = build("em-routing", n_caps, iters, capsule_input)

@@ -26,8 +26,12 @@ class CapsuleRouting(LayerAggregator):
 
     * Input capsules (Eq. 9): H^_l = F_l(H^1, ..., H^L), a distinct linear map
       of the concatenated layers per input capsule (``capsule_input='all'``,
-      one (L*d -> L*d) projection), or H^_l = F_l(H^l) (``'layer'``, one
-      batched (L, d, d) product; the Table 4 ablation).
+      one (L*d -> L*d) projection, L^2 d^2 multiply-adds), or H^_l = F_l(H^l)
+      (``'layer'``, one batched (L, d, d) product; the Table 4 ablation).
+      With ``capsule_rank`` r > 0 the maps of ``'all'`` are factorised through
+      a shared bottleneck, F_l(H) = U_l (P [H^1; ...; H^L]) + b_l with
+      P: L*d -> r shared and U_l: r -> d per capsule, costing 2 L d r instead
+      of L^2 d^2 (not in the paper; ``--capsule-rank``).
     * Votes (Eq. 8): V_{l->n} = W_{l->n} H^_l with W_{l->n} in R^{(d/N) x d},
       stored as one (L, d, d) tensor whose rows are split into N capsules.
 
@@ -47,13 +51,21 @@ class CapsuleRouting(LayerAggregator):
         output_capsules: int,
         routing_iters: int,
         capsule_input: str = "all",
+        capsule_rank: int = 0,
     ):
         super().__init__(embed_dim, num_layers)
         self.output_capsules = output_capsules
         self.capsule_dim = embed_dim // output_capsules
         self.routing_iters = routing_iters
         self.capsule_input = capsule_input
-        if capsule_input == "all":
+        self.capsule_rank = capsule_rank
+        if capsule_input == "all" and capsule_rank > 0:
+            self.capsule_bottleneck = nn.Linear(num_layers * embed_dim, capsule_rank, bias=False)
+            nn.init.xavier_uniform_(self.capsule_bottleneck.weight)
+            self.input_capsule_weight = nn.Parameter(torch.empty(num_layers, embed_dim, capsule_rank))
+            self.input_capsule_bias = nn.Parameter(torch.zeros(num_layers, embed_dim))
+            nn.init.xavier_uniform_(self.input_capsule_weight)
+        elif capsule_input == "all":
             self.input_capsules = nn.Linear(num_layers * embed_dim, num_layers * embed_dim)
             nn.init.xavier_uniform_(self.input_capsules.weight)
             nn.init.zeros_(self.input_capsules.bias)
@@ -69,8 +81,11 @@ class CapsuleRouting(LayerAggregator):
 
     def build_input_capsules(self, layers: Tensor) -> Tensor:
         """(T, B, L, d) layers -> (T, B, L, d) input capsules H^_l (Eq. 9)."""
+        t, b, num_layers, d = layers.shape
+        if self.capsule_input == "all" and self.capsule_rank > 0:
+            shared = self.capsule_bottleneck(layers.reshape(t, b, -1))
+            return torch.einsum("tbr,ldr->tbld", shared, self.input_capsule_weight) + self.input_capsule_bias
         if self.capsule_input == "all":
-            t, b, num_layers, d = layers.shape
             return self.input_capsules(layers.reshape(t, b, -1)).view(t, b, num_layers, d)
         return torch.einsum("tblk,ldk->tbld", layers, self.input_capsule_weight) + self.input_capsule_bias
 

@@ -29,6 +29,8 @@ class AggregationConfig:
             (W_l in R^d, element-wise) or ``matrix`` (W_l in R^{d x d}).
         em_inverse_temperature: the final inverse temperature lambda of EM
             routing (Eq. 15); iteration t of T uses lambda * t / T.
+        capsule_rank: 0 for the paper's F_l; r > 0 factorises the F_l of
+            ``capsule_input='all'`` through a shared rank-r bottleneck.
     """
 
     output_capsules: Optional[int] = None
@@ -37,6 +39,7 @@ class AggregationConfig:
     ffn_dim: Optional[int] = None
     linear_weights: str = "vector"
     em_inverse_temperature: float = 1.0
+    capsule_rank: int = 0
 
     @classmethod
     def from_args(cls, args: Any) -> "AggregationConfig":
@@ -48,6 +51,7 @@ class AggregationConfig:
             ffn_dim=getattr(args, "aggregation_ffn_dim", None),
             linear_weights=getattr(args, "linear_combination_weights", "vector"),
             em_inverse_temperature=getattr(args, "em_inverse_temperature", 1.0),
+            capsule_rank=getattr(args, "capsule_rank", 0) or 0,
         )
 
     def num_output_capsules(self, embed_dim: int) -> int:
@@ -101,6 +105,16 @@ class AggregationConfig:
                 raise AggregationConfigError(
                     f"--capsule-input: got {self.capsule_input!r}; "
                     f"choose one of {', '.join(CAPSULE_INPUT_CHOICES)}"
+                )
+            if self.capsule_rank < 0:
+                raise AggregationConfigError(
+                    f"--capsule-rank: got {self.capsule_rank}; use 0 (the paper's F_l) or a "
+                    "positive bottleneck width"
+                )
+            if self.capsule_rank > 0 and self.capsule_input != "all":
+                raise AggregationConfigError(
+                    "--capsule-rank factorises F_l(H^1..H^L) and needs --capsule-input all, "
+                    f"not {self.capsule_input!r}"
                 )
             if name == "em-routing" and not self.em_inverse_temperature > 0:
                 raise AggregationConfigError(

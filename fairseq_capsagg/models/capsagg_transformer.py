@@ -49,6 +49,9 @@ class CapsAggTransformerModel(TransformerModel):
                                  "R^{d x d} (matrix)")
         parser.add_argument("--em-inverse-temperature", type=float, metavar="LAMBDA",
                             help="EM routing: final inverse temperature lambda (default 1.0)")
+        parser.add_argument("--capsule-rank", type=int, metavar="R",
+                            help="routing: factorise the input-capsule maps F_l through a shared "
+                                 "rank-R bottleneck (default 0: the paper's L distinct maps)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -102,4 +105,5 @@ def capsagg_base_architecture(args) -> None:
     args.aggregation_ffn_dim = getattr(args, "aggregation_ffn_dim", None)
     args.linear_combination_weights = getattr(args, "linear_combination_weights", "vector")
     args.em_inverse_temperature = getattr(args, "em_inverse_temperature", 1.0)
+    args.capsule_rank = getattr(args, "capsule_rank", 0)
     base_architecture(args)

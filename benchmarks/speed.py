@@ -1,0 +1,171 @@
+#!/usr/bin/env python
+"""Training and decoding speed and peak memory of every aggregator against the baseline.
+
+Each (shape, system) runs in its own process, so peak memory is its own.
+Ratios are to the baseline measured in the same run, next to the FLOP bound
+(baseline FLOPs / (baseline + aggregator FLOPs)).
+
+    python benchmarks/speed.py                   # small and base shapes on CPU
+    python benchmarks/speed.py --device cuda     # on a GPU
+"""
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from flops import Shape, aggregator_macs, flop_bound, transformer_macs  # noqa: E402
+
+SYSTEMS = {"baseline": "none", "linagg": "linear", "dyncomb": "dynamic",
+           "dynrouting": "dynamic-routing", "emrouting": "em-routing"}
+SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
+
+
+def measure(args) -> dict:
+    """Runs inside the child process: times one (shape, system)."""
+    from types import SimpleNamespace
+
+    from fairseq import options
+    from fairseq.data import Dictionary
+    from fairseq.sequence_generator import SequenceGenerator
+
+    from fairseq_capsagg import USER_DIR
+    from fairseq_capsagg.models import CapsAggTransformerModel
+
+    torch.manual_seed(0)
+    device = torch.device(args.device)
+    if device.type == "cpu":
+        torch.set_num_threads(args.threads)
+    aggregation = SYSTEMS[args.system]
+    family = "linagg" if args.system == "baseline" else args.system
+    flags = ["--encoder-aggregation", aggregation, "--decoder-aggregation", aggregation, *args.model_args.split()]
+    parsed = options.parse_args_and_arch(options.get_training_parser(), [
+        "x", "--task", "translation", "--user-dir", USER_DIR, "--arch", f"transformer_{family}_{args.shape}",
+        "--share-all-embeddings", "--dropout", "0.1", *flags])
+    dictionary = Dictionary()
+    for i in range(args.vocab - len(dictionary)):
+        dictionary.add_symbol(f"w{i}")
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    model = CapsAggTransformerModel.build_model(parsed, task).to(device)
+    params = sum(p.numel() for p in model.parameters())
+
+    g = torch.Generator().manual_seed(1)
+    bsz = max(1, args.tokens // args.length)
+    src = torch.randint(dictionary.nspecial, len(dictionary), (bsz, args.length), generator=g).to(device)
+    src[:, -1] = dictionary.eos()
+    tgt = torch.randint(dictionary.nspecial, len(dictionary), (bsz, args.length), generator=g).to(device)
+    prev = torch.cat([torch.full((bsz, 1), dictionary.eos(), device=device), tgt[:, :-1]], 1)
+    lengths = torch.full((bsz,), args.length, device=device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def sync():
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+
+    def train_step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            logits, _ = model(src, lengths, prev)
+        loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
+        loss.backward()
+        optimizer.step()
+
+    model.train()
+    for _ in range(args.warmup):
+        train_step()
+    sync()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        train_step()
+    sync()
+    train_seconds = (time.perf_counter() - start) / args.steps
+
+    model.eval()
+    generator = SequenceGenerator([model], dictionary, beam_size=args.beam, max_len_a=0, max_len_b=args.length)
+    dec_src = src[: args.decode_sentences]
+    sample = {"net_input": {"src_tokens": dec_src, "src_lengths": lengths[: args.decode_sentences]}}
+    with torch.no_grad():
+        generator.forward(sample)  # warm-up
+        sync()
+        start = time.perf_counter()
+        generator.forward(sample)
+        sync()
+        decode_seconds = time.perf_counter() - start
+    if device.type == "cuda":
+        peak = torch.cuda.max_memory_allocated()
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {"params": params, "train_steps_per_s": 1 / train_seconds,
+            "train_tokens_per_s": bsz * args.length / train_seconds,
+            "decode_sentences_per_s": dec_src.size(0) / decode_seconds, "peak_memory_bytes": peak}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", nargs="+", default=["small", "base"], choices=list(SHAPES))
+    p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--vocab", type=int, default=8000)
+    p.add_argument("--tokens", type=int, default=2048, help="target tokens per training batch")
+    p.add_argument("--length", type=int, default=32, help="source = target length of the synthetic batch")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--decode-sentences", type=int, default=16)
+    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--model-args", default="", help="extra model flags for every system")
+    p.add_argument("--output-dir", default="benchmarks/results")
+    p.add_argument("--child", nargs=2, metavar=("SHAPE", "SYSTEM"), help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        args.shape, args.system = args.child
+        print(json.dumps(measure(args)))
+        return 0
+
+    rows = []
+    for shape in args.shapes:
+        base = None
+        for system in args.systems:
+            cmd = [sys.executable, __file__, "--child", shape, system, *[a for a in (argv or sys.argv[1:])]]
+            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            result = json.loads(out)
+            s = SHAPES[shape]
+            arch = Shape(d=s["d"], ffn=s["ffn"], layers=6, vocab=args.vocab, src_len=args.length, tgt_len=args.length)
+            agg = aggregator_macs(SYSTEMS[system], s["d"], 6, s["d"])
+            result.update(shape=shape, system=system,
+                          aggregator_flop_share=2 * agg / (transformer_macs(arch) + 2 * agg),
+                          flop_bound=flop_bound(transformer_macs(arch), 2 * agg))
+            base = base or result
+            for key in ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes"):
+                result[key + "_ratio"] = result[key] / base[key]
+            rows.append(result)
+            print(f"{shape:5s} {system:10s} train {result['train_tokens_per_s']:8.0f} tok/s "
+                  f"({result['train_tokens_per_s_ratio']:.2f}x, FLOP bound {result['flop_bound']:.2f}x)  "
+                  f"decode {result['decode_sentences_per_s']:6.2f} sent/s ({result['decode_sentences_per_s_ratio']:.2f}x)  "
+                  f"peak {result['peak_memory_bytes'] / 2**20:7.0f} MiB", flush=True)
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
+    (out_dir / "speed.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows}, indent=2))
+    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}.", "",
+             "| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
+             "| decode sent/s | ratio | peak memory | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
+                     f"| {r['train_tokens_per_s_ratio']:.2f} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
+                     f"| {r['decode_sentences_per_s']:.2f} | {r['decode_sentences_per_s_ratio']:.2f} "
+                     f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {r['peak_memory_bytes_ratio']:.2f} |")
+    (out_dir / "speed.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
