@@ -14,6 +14,9 @@ setup(
     # fairseq itself (fairseq-fixed==0.12.3.1 on Python 3.11) is installed separately with
     # --no-deps: its metadata asks for torchaudio, which would pull a second torch.
     install_requires=["torch>=2.0", "numpy", "sacrebleu>=2.0", "sentencepiece", "matplotlib"],
-    entry_points={"console_scripts": ["capsagg-params=fairseq_capsagg.param_count:cli_main"]},
+    entry_points={"console_scripts": [
+        "capsagg-params=fairseq_capsagg.param_count:cli_main",
+        "capsagg-translate=fairseq_capsagg.translate:cli_main",
+    ]},
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

@@ -44,7 +44,8 @@ def measure(args) -> dict:
         torch.set_num_threads(args.threads)
     aggregation = SYSTEMS[args.system]
     family = "linagg" if args.system == "baseline" else args.system
-    flags = ["--encoder-aggregation", aggregation, "--decoder-aggregation", aggregation, *args.model_args.split()]
+    flags = ["--encoder-aggregation", aggregation, "--decoder-aggregation", aggregation,
+             "--capsule-rank", str(args.capsule_rank), *args.model_args.split()]
     parsed = options.parse_args_and_arch(options.get_training_parser(), [
         "x", "--task", "translation", "--user-dir", USER_DIR, "--arch", f"transformer_{family}_{args.shape}",
         "--share-all-embeddings", "--dropout", "0.1", *flags])
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--decode-sentences", type=int, default=16)
     p.add_argument("--bf16", action="store_true")
+    p.add_argument("--capsule-rank", type=int, default=0, help="factorised input capsules (routing systems)")
     p.add_argument("--model-args", default="", help="extra model flags for every system")
     p.add_argument("--output-dir", default="benchmarks/results")
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "SYSTEM"), help=argparse.SUPPRESS)
@@ -138,7 +140,7 @@ def main(argv=None) -> int:
             result = json.loads(out)
             s = SHAPES[shape]
             arch = Shape(d=s["d"], ffn=s["ffn"], layers=6, vocab=args.vocab, src_len=args.length, tgt_len=args.length)
-            agg = aggregator_macs(SYSTEMS[system], s["d"], 6, s["d"])
+            agg = aggregator_macs(SYSTEMS[system], s["d"], 6, s["d"], rank=args.capsule_rank)
             result.update(shape=shape, system=system,
                           aggregator_flop_share=2 * agg / (transformer_macs(arch) + 2 * agg),
                           flop_bound=flop_bound(transformer_macs(arch), 2 * agg))
@@ -154,7 +156,8 @@ def main(argv=None) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     (out_dir / "speed.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows}, indent=2))
-    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}.", "",
+    rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
+    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{rank}.", "",
              "| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
              "| decode sent/s | ratio | peak memory | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

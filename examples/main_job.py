@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     model_args = args.model_args.split()
 
     def train_row(name: str, system: str, max_update: int, extra=(), earlier_seconds: float = 0.0,
-                  start_from: Path = None):
+                  start_from: Path = None, start_update: int = 0):
         """Trains one row's model (resuming if interrupted) and reads fairseq's speed summary."""
         save_dir = work / "checkpoints" / name
         log = work / "logs" / f"train-{name}.log"
@@ -175,7 +175,7 @@ def main(argv=None) -> int:
                 fairseq_runs.continue_from(start_from, save_dir)
             fairseq_runs.train(data_bin, save_dir, system, args.shape, max_update, hp, log,
                                extra=[*extra, *(model_args if system != "baseline" else [])])
-            summary = fairseq_runs.train_summary(log)
+            summary = fairseq_runs.train_summary(log, start_update)
             # fairseq's train_wall covers this process only: earlier_seconds adds what came before
             return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
                     "target_tokens_per_s": summary["wps"],
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
         longer = int(round(args.max_update * slow["train_seconds"] / base["train_seconds"]))
         results["baseline-equal-time"] = dict(
             train_row("baseline-equal-time", "baseline", longer, earlier_seconds=base["train_seconds"],
-                      start_from=work / "checkpoints" / "baseline"),
+                      start_from=work / "checkpoints" / "baseline", start_update=base["updates"]),
             label=f"{LABELS['baseline']} ({args.shape}), trained as long as row {args.systems.index(slowest) + 1}")
         # the same wall-clock spent as: baseline for max_update, then the aggregator on top of it
         extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
@@ -206,6 +206,14 @@ def main(argv=None) -> int:
             label=f"{LABELS[slowest]} ({args.shape}), warm-started from row 1, trained as long as row "
                   f"{args.systems.index(slowest) + 1}")
         results[f"{slowest}-warm-start"]["updates"] += base["updates"]
+
+    step0 = None
+    if "baseline" in results and not args.no_equal_time:
+        from fairseq_capsagg.warm_start_loss import warm_start_losses
+
+        archs = [f"transformer_{family}_{args.shape}" for family in fairseq_runs.SYSTEMS[1:]]
+        step0 = stages.run("validation loss at step 0 of warm starts", lambda: warm_start_losses(
+            results["baseline"]["checkpoint"], str(data_bin), archs))
 
     references = (work / "spm" / "test.de").read_text(encoding="utf-8")  # count only
     num_test = len(references.splitlines())
@@ -241,7 +249,7 @@ def main(argv=None) -> int:
     caption = (f"Test split of {'the bundled debian-ende corpus' if args.corpus is None else args.corpus}"
                f" ({num_test} sentences{', --quick subset' if args.quick else ''}); shape {args.shape}; "
                f"{args.max_update} updates of <= {args.max_tokens} tokens; {device}; beam {args.beam}.")
-    path = report.write_report(rows, work, caption)
+    path = report.write_report(rows, work, caption, step0)
     print(f"[main-job] results written to {path} and {work / 'results.json'}\n")
     print(path.read_text())
     return 0

@@ -12,11 +12,13 @@ import os
 from . import models  # noqa: F401 (registers the model and architectures)
 from .aggregators import AggregationConfigError, build_aggregator
 from .cli_errors import install_error_hook
+from .durable_checkpoints import install_atomic_checkpoint_copies
 from .safe_checkpoints import allow_fairseq_checkpoint_globals
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
 install_error_hook()
+install_atomic_checkpoint_copies()
 allow_fairseq_checkpoint_globals()
 
 __all__ = ["USER_DIR", "AggregationConfigError", "build_aggregator"]

@@ -56,8 +56,11 @@ def check_checkpoint(path: Union[str, Path]) -> None:
         raise FileNotFoundError(f"checkpoint {path} not found")
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in fairseq_checkpoint_globals()}
     allowed |= {f"{g.__module__}.{g.__name__}" for g in fairseq_checkpoint_globals()}
-    unexpected = [g for g in torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
-                  if g not in allowed and g.replace("numpy.core.", "numpy._core.") not in allowed]
+    try:
+        found = torch.serialization.get_unsafe_globals_in_checkpoint(str(path))
+    except Exception as e:  # noqa: BLE001 (whatever the inspection trips on, the file is not loaded)
+        raise UnsafeCheckpointError(f"refusing to load {path}: its pickle cannot be inspected ({e})") from e
+    unexpected = [g for g in found if g not in allowed and g.replace("numpy.core.", "numpy._core.") not in allowed]
     if unexpected:
         raise UnsafeCheckpointError(
             f"refusing to load {path}: it pickles {', '.join(sorted(unexpected))}, which fairseq "

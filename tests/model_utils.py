@@ -32,11 +32,11 @@ def parse_model_args(arch: str, extra: Sequence[str] = ()):
     )
 
 
-def build_tiny_model(arch: str, extra: Sequence[str] = (), seed: int = 0):
+def build_tiny_model(arch: str, extra: Sequence[str] = (), seed: int = 0, dictionary: Dictionary = None):
     """Returns (model, dictionary) for ``arch`` at a tiny shape, in eval mode."""
     torch.manual_seed(seed)
     args = parse_model_args(arch, extra)
-    dictionary = tiny_dictionary()
+    dictionary = dictionary or tiny_dictionary()
     task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     from fairseq_capsagg.models import CapsAggTransformerModel
 

@@ -6,6 +6,7 @@ import re
 import pytest
 import torch
 from fairseq import checkpoint_utils
+from fairseq.data import Dictionary
 
 from conftest import run_tool
 from fairseq_capsagg import USER_DIR
@@ -34,7 +35,9 @@ def vanilla_checkpoint(tiny_data_bin, tmp_path_factory):
 def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_checkpoint, tiny_data_bin):
     state = checkpoint_utils.load_checkpoint_to_cpu(str(vanilla_checkpoint))
     vanilla = state["model"]
-    model, _ = build_tiny_model(f"transformer_{family}_small", ["--output-capsules", "8", *VANILLA_TINY])
+    dictionary = Dictionary.load(str(tiny_data_bin / "dict.en.txt"))
+    model, _ = build_tiny_model(f"transformer_{family}_small", ["--output-capsules", "8", *VANILLA_TINY],
+                                dictionary=dictionary)
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(dict(vanilla), strict=True)  # what --finetune-from-model does
     loaded = model.state_dict()
@@ -68,7 +71,7 @@ def test_checkpoint_with_other_globals_is_refused(vanilla_checkpoint, tmp_path):
     state = torch.load(vanilla_checkpoint, map_location="cpu", weights_only=True)
     state["extra"] = Payload()
     bad = tmp_path / "bad.pt"
-    torch.save(state, bad, pickle_protocol=pickle.HIGHEST_PROTOCOL)
+    torch.save(state, bad)
     with pytest.raises(UnsafeCheckpointError, match=r"refusing to load .*bad\.pt: it pickles test_checkpoints\.Payload"):
         check_checkpoint(bad)
     with pytest.raises(pickle.UnpicklingError):
@@ -79,7 +82,7 @@ def test_resumed_training_logs_the_same_losses(tiny_data_bin, tmp_path):
     extra = ["--max-tokens", "500", "--log-interval", "1", "--dropout", "0.1"]
 
     def losses(output):
-        return {int(u): loss for loss, u in re.findall(r"\| loss ([0-9.]+) .*?\| num_updates (\d+)", output)}
+        return {int(u): loss for loss, u in re.findall(r"\bloss=([0-9.]+),.*?num_updates=(\d+)", output)}
 
     straight = train(tiny_data_bin, tmp_path / "straight", "transformer_emrouting_small", *extra,
                      "--max-update", "8")

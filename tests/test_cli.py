@@ -15,12 +15,12 @@ TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn
 
 def train(data, save_dir, arch, *extra):
     return run_tool(
-        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *TINY, *extra,
+        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *TINY,
         "--task", "translation", "--source-lang", "en", "--target-lang", "de", "--cpu",
         "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3",
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--log-format", "simple",
-        "--log-interval", "1", "--seed", "1", "--num-workers", "0",
+        "--log-interval", "1", "--seed", "1", "--num-workers", "0", *extra,  # later flags win
     )
 
 

@@ -188,3 +188,32 @@ def test_autocast_bf16_keeps_routing_in_fp32(name):
     out.float().sum().backward()
     assert torch.isfinite(out.float()).all()
     assert all(torch.isfinite(x.grad).all() for x in xs)
+
+
+def test_non_finite_routing_names_module_and_iteration():
+    from fairseq_capsagg.aggregators import NonFiniteAggregationError
+
+    agg = build("em-routing")
+    agg.side = "decoder"
+    agg.train()
+    with torch.no_grad():
+        agg.beta_a.fill_(float("nan"))  # poisons the activations of iteration 1
+    with pytest.raises(NonFiniteAggregationError,
+                       match=r"decoder aggregator EMRouting: non-finite agreement C at routing iteration 2 of 3"):
+        agg(layers(), None)
+    agg = build("dynamic-routing")
+    agg.side = "encoder"
+    agg.train()
+    with torch.no_grad():
+        agg.vote_weight[0, 0, 0] = float("inf")
+    with pytest.raises(NonFiniteAggregationError, match=r"encoder aggregator DynamicRouting: non-finite votes"):
+        agg(layers(), None)
+
+
+def test_non_finite_inputs_are_left_to_the_loss_scaler():
+    agg = build("em-routing")
+    agg.train()
+    xs = layers()
+    xs[0][0, 0, 0] = float("inf")  # an fp16 overflow upstream: fairseq's scaler must see it, not us
+    out = agg(xs, None)
+    assert not torch.isfinite(out).all()

@@ -81,16 +81,27 @@ _SUMMARY = re.compile(r"\| train \| epoch \d+ \|(.*)$")
 _KEY_VALUE = re.compile(r"(\w+) ([0-9.,]+)")
 
 
-def train_summary(log: Path) -> Dict[str, float]:
-    """Values of the last ``| train | epoch`` summary line (wps, ups, train_wall, num_updates...)."""
-    summary: Dict[str, float] = {}
+def train_summary(log: Path, start_update: int = 0) -> Dict[str, float]:
+    """Training speed over a whole ``fairseq-train`` log that began at ``start_update``.
+
+    fairseq prints one ``| train | epoch N |`` line per epoch whose ``train_wall``
+    and ``wps`` cover that epoch only, so they are summed and weighted here.
+
+    Returns:
+        num_updates (at the end), train_wall (seconds, all epochs), ups, wps.
+    """
+    epochs = []
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
         match = _SUMMARY.search(line)
         if match:
-            summary = {k: float(v.replace(",", "")) for k, v in _KEY_VALUE.findall(match.group(1))}
-    if not summary:
+            epochs.append({k: float(v.replace(",", "")) for k, v in _KEY_VALUE.findall(match.group(1))})
+    if not epochs:
         raise RuntimeError(f"no training summary found in {log}")
-    return summary
+    seconds = sum(e["train_wall"] for e in epochs)
+    tokens = sum(e["wps"] * e["train_wall"] for e in epochs)
+    updates = epochs[-1]["num_updates"] - start_update
+    return {"num_updates": epochs[-1]["num_updates"], "train_wall": seconds,
+            "ups": updates / seconds if seconds else 0.0, "wps": tokens / seconds if seconds else 0.0}
 
 
 def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,

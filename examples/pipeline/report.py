@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -47,8 +47,17 @@ def format_markdown(rows: List[Dict[str, object]], caption: str) -> str:
     return f"{caption}\n\n" + "\n".join(lines) + "\n" + notes + "\n"
 
 
-def write_report(rows: List[Dict[str, object]], workdir: Path, caption: str) -> Path:
-    (workdir / "results.json").write_text(json.dumps({"caption": caption, "rows": rows}, indent=2))
+def format_step0(step0: Dict[str, Dict[str, float]]) -> str:
+    lines = ["Validation loss (base 2, per target token) at step 0 of a warm start from row 1's checkpoint:", "",
+             "| model | loss | nll loss |", "|---|---:|---:|"]
+    lines += [f"| {name} | {v['loss']:.4f} | {v['nll_loss']:.4f} |" for name, v in step0.items()]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(rows: List[Dict[str, object]], workdir: Path, caption: str,
+                 step0: Optional[Dict[str, Dict[str, float]]] = None) -> Path:
+    (workdir / "results.json").write_text(json.dumps(
+        {"caption": caption, "rows": rows, "warm_start_step0": step0}, indent=2))
     path = workdir / "results.md"
-    path.write_text(format_markdown(rows, caption))
+    path.write_text(format_markdown(rows, caption) + ("\n" + format_step0(step0) if step0 else ""))
     return path

@@ -2,7 +2,7 @@
 
 from typing import Optional
 
-from .base import LayerAggregator
+from .base import LayerAggregator, NonFiniteAggregationError
 from .capsules import CapsuleRouting, squash
 from .config import (
     AGGREGATION_CHOICES,
@@ -64,6 +64,7 @@ __all__ = [
     "EMRouting",
     "LayerAggregator",
     "LinearCombination",
+    "NonFiniteAggregationError",
     "TopLayer",
     "build_aggregator",
     "squash",

@@ -6,6 +6,10 @@ import torch
 from torch import Tensor, nn
 
 
+class NonFiniteAggregationError(FloatingPointError):
+    """An aggregator turned finite layer outputs into NaN or inf; the message names where."""
+
+
 class LayerAggregator(nn.Module):
     """Combines the L layer outputs H^1..H^L of a stack into one representation.
 
@@ -23,6 +27,7 @@ class LayerAggregator(nn.Module):
         super().__init__()
         self.embed_dim = embed_dim
         self.num_layers = num_layers
+        self.side = ""  # "encoder" or "decoder", set by the model, for error messages
 
     def forward(self, layers: List[Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
         """Aggregates the layers.
@@ -40,10 +45,19 @@ class LayerAggregator(nn.Module):
                 f"{len(layers)}; layer dropping (--encoder-layerdrop/--decoder-layerdrop) "
                 "cannot be combined with layer aggregation"
             )
-        out = self.aggregate(torch.stack(layers, dim=2), padding_mask)
+        stacked = torch.stack(layers, dim=2)
+        out = self.aggregate(stacked, padding_mask)
         if padding_mask is not None:
             out = out.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
+        if self.training and not torch.isfinite(out).all() and torch.isfinite(stacked).all():
+            # non-finite inputs (an fp16 overflow upstream) are left to fairseq's loss scaler
+            raise NonFiniteAggregationError(self.describe_fault(stacked, padding_mask))
         return out
+
+    def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
+        """Says where a non-finite output came from (called only when one did)."""
+        return (f"{self.side or 'the'} aggregator {type(self).__name__} produced NaN/inf "
+                "from finite layer outputs")
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         """Maps stacked layers (T, B, L, C) to (T, B, C)."""

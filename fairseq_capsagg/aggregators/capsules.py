@@ -104,6 +104,28 @@ class CapsuleRouting(LayerAggregator):
             omega = self.route(capsules.float(), votes.float())
         return omega.flatten(-2).to(layers.dtype)
 
+    @torch.no_grad()
+    def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
+        where = f"{self.side or 'the'} aggregator {type(self).__name__}"
+        capsules = self.build_input_capsules(layers)
+        if not torch.isfinite(capsules).all():
+            return f"{where}: non-finite input capsules H^_l = F_l(H^1..H^L) (Eq. 9)"
+        votes = self.build_votes(capsules)
+        if not torch.isfinite(votes).all():
+            return f"{where}: non-finite votes V_l->n (Eq. 8)"
+        capturing, self.capture_agreement, self.agreement = self.capture_agreement, True, []
+        try:
+            with torch.autocast(device_type=layers.device.type, enabled=False):
+                omega = self.route(capsules.float(), votes.float())
+            for step, agreement in enumerate(self.agreement, 1):
+                if not torch.isfinite(agreement).all():
+                    return f"{where}: non-finite agreement C at routing iteration {step} of {self.routing_iters}"
+        finally:
+            self.capture_agreement = capturing
+        if not torch.isfinite(omega).all():
+            return f"{where}: non-finite output capsules after routing iteration {self.routing_iters}"
+        return f"{where}: output capsules overflow {layers.dtype} when cast back"
+
     def record(self, agreement: Tensor) -> None:
         """Keeps a detached copy of this iteration's agreement C when capturing."""
         if self.capture_agreement:

@@ -28,6 +28,7 @@ class CapsAggTransformerDecoder(TransformerDecoderBase):
         self.aggregator: LayerAggregator = TopLayer(cfg.decoder.embed_dim, cfg.decoder.layers)
 
     def set_aggregator(self, aggregator: LayerAggregator, aggregate_embedding: bool) -> None:
+        aggregator.side = "decoder"
         self.aggregator = aggregator
         self.aggregate_embedding = aggregate_embedding
 

@@ -30,6 +30,7 @@ class CapsAggTransformerEncoder(TransformerEncoderBase):
         self.aggregator: LayerAggregator = TopLayer(cfg.encoder.embed_dim, cfg.encoder.layers)
 
     def set_aggregator(self, aggregator: LayerAggregator, aggregate_embedding: bool) -> None:
+        aggregator.side = "encoder"
         self.aggregator = aggregator
         self.aggregate_embedding = aggregate_embedding
 

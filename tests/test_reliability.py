@@ -1,0 +1,95 @@
+"""Faults a long training run meets: SIGKILL at any moment, checkpoint writes interrupted.
+
+Inputs and faults tried here and in the other suites are listed in the README's
+reliability section.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import BIN
+from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.durable_checkpoints import atomic_copy
+from test_cli import TINY
+
+ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, "--task", "translation",
+        "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--max-update", "14",
+        "--save-interval-updates", "2", "--keep-interval-updates", "2", "--no-epoch-checkpoints",
+        "--num-workers", "0", "--seed", "2", "--log-format", "simple", "--log-interval", "1"]
+
+
+HERE = Path(__file__).parent
+
+
+def start(data, save_dir, stall=None, marker=None):
+    """Starts fairseq-train; with ``stall=(phase, n)`` its n-th checkpoint save or copy hangs half-way."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    command = [str(BIN / "fairseq-train")]
+    if stall:
+        env.update(STALL_PHASE=stall[0], STALL_AT=str(stall[1]), STALL_MARKER=str(marker))
+        command = [sys.executable, str(HERE / "stalled_io_train.py")]
+    return subprocess.Popen([*command, str(data), *ARGS, "--save-dir", str(save_dir)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def kill_when(proc, condition, timeout=240.0):
+    deadline = time.time() + timeout
+    while not condition():
+        assert proc.poll() is None and time.time() < deadline, "the moment to kill never came"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def assert_checkpoints_whole(save_dir):
+    for checkpoint in save_dir.glob("*.pt"):
+        torch.load(checkpoint, map_location="cpu", weights_only=True)  # raises on a truncated file
+
+
+def test_sigkill_at_any_moment_then_restart_finishes(tiny_data_bin, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    marker = tmp_path / "stalled"
+    faults = [("save", 2), ("copy", 3), ("save", 5)]  # mid-write of a checkpoint, mid-copy to checkpoint_last
+    for phase, at in faults:
+        marker.unlink(missing_ok=True)
+        proc = start(tiny_data_bin, save_dir, (phase, at), marker)
+        kill_when(proc, marker.exists)
+        assert_checkpoints_whole(save_dir)
+        assert (save_dir / "checkpoint_last.pt").exists()
+    proc = start(tiny_data_bin, save_dir)  # killed at an arbitrary moment of training
+    kill_when(proc, lambda: time.sleep(5.0) or True)
+    assert_checkpoints_whole(save_dir)
+    # the same command again: continues from the last complete checkpoint and finishes
+    proc = start(tiny_data_bin, save_dir)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Loaded checkpoint" in out
+    state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert state["optimizer_history"][-1]["num_updates"] == 14
+
+
+def test_atomic_copy_never_exposes_a_partial_file(tmp_path, monkeypatch):
+    src = tmp_path / "checkpoint_2_4.pt"
+    src.write_bytes(os.urandom(1 << 20))
+    dst = tmp_path / "checkpoint_last.pt"
+    dst.write_bytes(b"old, complete")
+
+    def interrupted_copy(a, b):
+        with open(a, "rb") as fa, open(b, "wb") as fb:
+            fb.write(fa.read(1000))
+        raise KeyboardInterrupt  # the process dies half-way through the copy
+
+    monkeypatch.setattr("shutil.copyfile", interrupted_copy)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_copy(str(src), str(dst), overwrite=True)
+    assert dst.read_bytes() == b"old, complete"
+    monkeypatch.undo()
+    assert atomic_copy(str(src), str(dst), overwrite=True)
+    assert dst.read_bytes() == src.read_bytes()
