@@ -56,7 +56,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="extra fairseq-train flags for the aggregator systems, e.g. '--routing-iters 2'")
     p.add_argument("--gpu", action="store_true", help="train and decode on CUDA (default: CPU)")
     p.add_argument("--quick", action="store_true",
-                   help="a few minutes: 3000 training pairs, 100 test pairs, 1k vocabulary, 40 updates")
+                   help="a few minutes: 3000 training pairs, 60 test pairs, 1k vocabulary, 40 updates")
     args = p.parse_args(argv)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     bad = [s for s in args.systems if s not in fairseq_runs.SYSTEMS]
@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "seed": args.seed,
           "beam": args.beam, "decode_batch": 32, "log_interval": 10 if args.quick else 50,
           "device_flags": [] if args.gpu else ["--cpu"]}
-    limits = {"train": 3000, "valid": 100, "test": 100} if args.quick else None
+    limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
 
     try:
         if args.corpus is None:

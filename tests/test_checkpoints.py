@@ -92,3 +92,10 @@ def test_resumed_training_logs_the_same_losses(tiny_data_bin, tmp_path):
     got = {**losses(first.stdout + first.stderr), **losses(second.stdout + second.stderr)}
     assert sorted(expected) == list(range(1, 9))
     assert got == expected
+
+
+def test_checkpoint_that_cannot_be_inspected_is_refused(vanilla_checkpoint, tmp_path):
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes(vanilla_checkpoint.read_bytes()[:5000])
+    with pytest.raises(UnsafeCheckpointError, match=r"refusing to load .*truncated\.pt: its pickle cannot be inspected"):
+        check_checkpoint(truncated)

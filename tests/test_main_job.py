@@ -1,6 +1,7 @@
 """The main job's --quick mode end to end, its resumability and its refusals."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -125,3 +126,39 @@ def test_agreement_analysis_of_the_quick_model(quick_run, tmp_path):
         assert stats["entropy"][0] == pytest.approx(__import__("math").log(128))  # uniform start, N = d
         assert stats["diversity"][0] == pytest.approx(0.0, abs=1e-6)
         assert (tmp_path / f"agreement-{side}.png").stat().st_size > 20_000
+
+
+BAD_INPUTS = {
+    "empty line": b"",
+    "whitespace only": b"   \t ",
+    "longer than --max-source-positions": ("word " * 1500).encode(),
+    "control characters": b"Open\x01 the\x07 file.",
+    "invalid UTF-8": b"\xff\xfe Save the file.",
+    "unseen scripts": "日本語のテキスト 🚀 Ελληνικά".encode(),
+}
+
+
+def test_translate_survives_every_bad_input(quick_run):
+    workdir, _ = quick_run
+    lines = [b"Open the file."] + list(BAD_INPUTS.values()) + [b"Save the document."]
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / "capsagg-translate"), "--model-dir",
+         str(workdir / "checkpoints" / "emrouting"), "--checkpoint", "checkpoint_last.pt", "--data",
+         str(workdir / "data-bin"), "--sentencepiece-model", str(workdir / "spm" / "spm.model"), "--beam", "1"],
+        input=b"\n".join(lines) + b"\n", capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stderr.decode()[-3000:]
+    out = result.stdout.decode().split("\n")
+    assert out[-1] == "" and len(out) - 1 == len(lines)  # one output line per input line
+    messages = [m for m in result.stderr.decode().splitlines() if m.startswith("capsagg-translate: line")]
+    expected = [
+        r"line 2: empty input, nothing to translate",
+        r"line 3: empty input, nothing to translate",
+        r"line 4: \d{4} subword tokens, truncated to 1023",
+        r"line 5: control characters removed",
+        r"line 6: invalid UTF-8 bytes replaced by U\+FFFD",
+    ]
+    assert len(messages) == len(expected)
+    for message, pattern in zip(messages, expected):
+        assert re.fullmatch("capsagg-translate: " + pattern, message), message
+    assert out[0] and out[-2]  # the first and last lines were still translated
+    assert out[1] == "" and out[2] == ""

@@ -1,11 +1,13 @@
 """Figures of the analyses (matplotlib, Agg backend)."""
 
+import logging
 from pathlib import Path
 from typing import Dict, List, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")
+logging.getLogger("matplotlib").setLevel(logging.WARNING)
 import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 

@@ -42,4 +42,4 @@ def agreement_diversity(agreement: Tensor) -> Tensor:
     norms = c.norm(dim=-2, keepdim=True)
     unit = torch.where(norms > _EPS, c / norms.clamp_min(_EPS), torch.zeros_like(c))
     pair_sum = unit.sum(-1).pow(2).sum(-1) - unit.pow(2).sum((-1, -2))
-    return 1.0 - pair_sum / (n * (n - 1))
+    return (1.0 - pair_sum / (n * (n - 1))).clamp_min(0.0)  # rounding can dip below 0

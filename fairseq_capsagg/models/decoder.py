@@ -6,11 +6,10 @@ from torch import Tensor
 
 from fairseq.models.transformer import TransformerDecoderBase
 
-from ..aggregators import LayerAggregator, TopLayer
-from .warm_start import fill_missing_keys
+from .aggregating_stack import AggregatingStack
 
 
-class CapsAggTransformerDecoder(TransformerDecoderBase):
+class CapsAggTransformerDecoder(AggregatingStack, TransformerDecoderBase):
     """fairseq's Transformer decoder with the output projection reading
     H~ = Aggregate(H^1..H^L) instead of H^L.
 
@@ -20,17 +19,13 @@ class CapsAggTransformerDecoder(TransformerDecoderBase):
     LayerNorm is applied to the aggregate (see the encoder).
     """
 
+    side = "decoder"
+
     def __init__(self, cfg, dictionary, embed_tokens, no_encoder_attn: bool = False,
                  output_projection=None):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
-        self.aggregate_embedding = False
-        self.aggregator: LayerAggregator = TopLayer(cfg.decoder.embed_dim, cfg.decoder.layers)
-
-    def set_aggregator(self, aggregator: LayerAggregator, aggregate_embedding: bool) -> None:
-        aggregator.side = "decoder"
-        self.aggregator = aggregator
-        self.aggregate_embedding = aggregate_embedding
+        self.init_aggregator(cfg.decoder.embed_dim, cfg.decoder.layers)
 
     def extract_features(
         self,
@@ -45,13 +40,12 @@ class CapsAggTransformerDecoder(TransformerDecoderBase):
             prev_output_tokens, encoder_out, incremental_state, full_context_alignment,
             alignment_layer, alignment_heads,
         )
-        if isinstance(self.aggregator, TopLayer):
+        if not self.aggregates:
             return x, extra
-        states = extra["inner_states"]
-        layers = states if self.aggregate_embedding else states[1:]
         tokens = prev_output_tokens if incremental_state is None else prev_output_tokens[:, -1:]
         padding_mask = tokens.eq(self.padding_idx)
-        x = self.aggregator(layers, padding_mask if padding_mask.any() else None)
+        x = self.aggregator(self.aggregated_layers(extra["inner_states"]),
+                            padding_mask if padding_mask.any() else None)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         x = x.transpose(0, 1)
@@ -60,5 +54,4 @@ class CapsAggTransformerDecoder(TransformerDecoderBase):
         return x, extra
 
     def upgrade_state_dict_named(self, state_dict, name):
-        state_dict = super().upgrade_state_dict_named(state_dict, name)
-        return fill_missing_keys(self.aggregator, state_dict, f"{name}.aggregator" if name else "aggregator")
+        return self.fill_aggregator_keys(super().upgrade_state_dict_named(state_dict, name), name)
