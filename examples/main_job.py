@@ -215,9 +215,8 @@ def main(argv=None) -> int:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: warm_start_losses(
             results["baseline"]["checkpoint"], str(data_bin), archs))
 
-    references = (work / "spm" / "test.de").read_text(encoding="utf-8")  # count only
-    num_test = len(references.splitlines())
-    raw_refs = (corpus_dir / "test.de").read_text(encoding="utf-8").split("\n")[:num_test]
+    num_test = corpus_mod.count_lines(work / "spm" / "test.de")
+    raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
     for name, row in results.items():
         hyp_file = work / "translations" / f"{name}.txt"
         hyp_file.parent.mkdir(parents=True, exist_ok=True)

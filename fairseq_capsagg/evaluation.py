@@ -11,6 +11,14 @@ from scipy.stats import binomtest
 _LINE = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
 
 
+def read_lines(path: Path) -> List[str]:
+    """The lines of a text file, one per sentence (split on newlines only, no trailing empty line)."""
+    lines = Path(path).read_text(encoding="utf-8").split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def read_generate_output(path: Path) -> Dict[int, str]:
     """Detokenised hypotheses by sentence id from ``fairseq-generate`` output (``D-`` lines)."""
     hypotheses = {}

@@ -5,6 +5,8 @@ from typing import Iterable, Optional
 
 import sentencepiece as spm
 
+from fairseq_capsagg.evaluation import read_lines
+
 from .corpus import LANGS, SPLITS
 
 
@@ -24,14 +26,6 @@ def train_sentencepiece(corpus: Path, model_prefix: Path, vocab_size: int, max_s
     return model_prefix.with_suffix(".model")
 
 
-def _read_lines(path: Path, limit: Optional[int]) -> list:
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines[:limit] if limit else lines
-
-
 def encode_corpus(corpus: Path, model: Path, dest: Path, max_train_tokens: int,
                   limits: Optional[dict] = None) -> dict:
     """Encodes every split; training pairs longer than ``max_train_tokens`` on either side are dropped.
@@ -46,7 +40,7 @@ def encode_corpus(corpus: Path, model: Path, dest: Path, max_train_tokens: int,
     written = {}
     for split in SPLITS:
         limit = (limits or {}).get(split)
-        sides = {lang: processor.encode(_read_lines(corpus / f"{split}.{lang}", limit), out_type=str)
+        sides = {lang: processor.encode(read_lines(corpus / f"{split}.{lang}")[:limit], out_type=str)
                  for lang in LANGS}
         keep: Iterable[int] = range(len(sides["en"]))
         if split == "train":

@@ -100,9 +100,12 @@ class CapsuleRouting(LayerAggregator):
         if self.capture_agreement:
             self.agreement = []
             self.captured_padding_mask = None if padding_mask is None else padding_mask.detach()
-        with torch.autocast(device_type=layers.device.type, enabled=False):
-            omega = self.route(capsules.float(), votes.float())
-        return omega.flatten(-2).to(layers.dtype)
+        return self.route_fp32(capsules, votes).flatten(-2).to(layers.dtype)
+
+    def route_fp32(self, capsules: Tensor, votes: Tensor) -> Tensor:
+        """:meth:`route` in fp32 with autocast off, whatever the model's precision."""
+        with torch.autocast(device_type=capsules.device.type, enabled=False):
+            return self.route(capsules.float(), votes.float())
 
     @torch.no_grad()
     def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
@@ -115,8 +118,7 @@ class CapsuleRouting(LayerAggregator):
             return f"{where}: non-finite votes V_l->n (Eq. 8)"
         capturing, self.capture_agreement, self.agreement = self.capture_agreement, True, []
         try:
-            with torch.autocast(device_type=layers.device.type, enabled=False):
-                omega = self.route(capsules.float(), votes.float())
+            omega = self.route_fp32(capsules, votes)
             for step, agreement in enumerate(self.agreement, 1):
                 if not torch.isfinite(agreement).all():
                     return f"{where}: non-finite agreement C at routing iteration {step} of {self.routing_iters}"

@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
-from ..evaluation import align_hypotheses, read_generate_output
+from ..evaluation import align_hypotheses, read_generate_output, read_lines
 from .plotting import plot_series
 
 
@@ -16,9 +16,7 @@ def read_system_output(path: Path, num_sentences: int) -> List[str]:
     hypotheses = read_generate_output(path)
     if hypotheses:
         return align_hypotheses(hypotheses, num_sentences)[0]
-    lines = path.read_text(encoding="utf-8").split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
+    lines = read_lines(path)
     if len(lines) != num_sentences:
         raise ValueError(f"{path} has {len(lines)} lines but there are {num_sentences} references")
     return lines
@@ -60,12 +58,7 @@ def format_markdown(result: Dict[str, object], systems: Sequence[str]) -> str:
 
 
 def run(args) -> Dict[str, object]:
-    sources = Path(args.source).read_text(encoding="utf-8").split("\n")
-    references = Path(args.reference).read_text(encoding="utf-8").split("\n")
-    if sources and sources[-1] == "":
-        sources.pop()
-    if references and references[-1] == "":
-        references.pop()
+    sources, references = read_lines(Path(args.source)), read_lines(Path(args.reference))
     if len(sources) != len(references):
         raise ValueError(f"--source has {len(sources)} lines but --reference has {len(references)}")
     systems = {}
