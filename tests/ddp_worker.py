@@ -34,8 +34,9 @@ def run(rank: int, world_size: int, port: int, out_path: str) -> None:
             report[family] = {"identical": all(torch.equal(gathered[0], g) for g in gathered),
                               "changed": bool(any(p.grad is not None and p.grad.abs().sum() > 0
                                                   for p in model.parameters()))}
+        if rank == 0:
+            with open(out_path, "w") as f:
+                json.dump(report, f)
+        dist.barrier()  # no rank tears gloo down while another still talks to it
     finally:
         dist.destroy_process_group()
-    if rank == 0:
-        with open(out_path, "w") as f:
-            json.dump(report, f)
