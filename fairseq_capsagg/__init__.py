@@ -13,6 +13,7 @@ from . import models  # noqa: F401 (registers the model and architectures)
 from .aggregators import AggregationConfigError, build_aggregator
 from .cli_errors import install_error_hook
 from .durable_checkpoints import install_atomic_checkpoint_copies
+from .interactive_guard import install_interactive_guard
 from .safe_checkpoints import allow_fairseq_checkpoint_globals
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -20,5 +21,6 @@ USER_DIR = os.path.dirname(os.path.abspath(__file__))
 install_error_hook()
 install_atomic_checkpoint_copies()
 allow_fairseq_checkpoint_globals()
+install_interactive_guard()
 
 __all__ = ["USER_DIR", "AggregationConfigError", "build_aggregator"]

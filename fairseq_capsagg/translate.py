@@ -1,8 +1,8 @@
 """``capsagg-translate``: line-by-line translation that survives any input line.
 
-Unlike ``fairseq-interactive``, which stops at the first invalid UTF-8 byte,
-every input line gives exactly one output line, and each line that needed
-repair gets one message on standard error:
+Every input line gives exactly one output line (plain detokenised text, in
+input order), and each line that needed repair gets one message on standard
+error; the repairs are those of :meth:`fairseq_capsagg.hub.CapsAggHubInterface.translate_lines`:
 
 * invalid UTF-8 bytes are replaced by U+FFFD; control characters are removed;
 * empty and whitespace-only lines give an empty translation;
@@ -15,76 +15,32 @@ repair gets one message on standard error:
 
 import argparse
 import sys
-import unicodedata
-from typing import BinaryIO, List, Optional, TextIO, Tuple
+from typing import BinaryIO, Iterator, List, Optional, TextIO
 
 
-def sanitise(raw: bytes) -> Tuple[str, List[str]]:
-    """Decodes one input line and removes what a model cannot read; returns (text, notes)."""
-    notes = []
-    text = raw.decode("utf-8", errors="replace").rstrip("\r\n")
-    if "\ufffd" in text and b"\xef\xbf\xbd" not in raw:
-        notes.append("invalid UTF-8 bytes replaced by U+FFFD")
-    cleaned = "".join(ch for ch in text if ch == "\t" or unicodedata.category(ch) != "Cc")
-    if cleaned != text:
-        notes.append("control characters removed")
-    return " ".join(cleaned.split()), notes
-
-
-def truncate(hub, text: str, max_tokens: int) -> Tuple[str, Optional[str]]:
-    """Cuts ``text`` to ``max_tokens`` subword tokens (EOS included) if it is longer."""
-    pieces = hub.apply_bpe(hub.tokenize(text)).split()
-    if len(pieces) < max_tokens:
-        return text, None
-    kept = hub.remove_bpe(" ".join(pieces[: max_tokens - 1]))
-    return hub.detokenize(kept), f"{len(pieces)} subword tokens, truncated to {max_tokens - 1}"
+def batches(source: BinaryIO, size: int) -> Iterator[List[bytes]]:
+    batch: List[bytes] = []
+    for raw in source:
+        batch.append(raw)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def translate_stream(hub, source: BinaryIO, target: TextIO, errors: TextIO, beam: int, batch_size: int = 16) -> int:
     """Translates ``source`` line by line; returns how many lines needed a message."""
-    max_tokens = min(hub.max_positions[0] if isinstance(hub.max_positions, tuple) else hub.max_positions,
-                     hub.models[0].encoder.max_positions())
     flagged = 0
-    batch: List[Tuple[int, str]] = []
-    outputs = {}
-
-    def flush():
-        if not batch:
-            return
-        try:
-            results = hub.translate([text for _, text in batch], beam=beam)
-        except Exception:  # one bad line must not lose the others: retry one by one
-            results = []
-            for number, text in batch:
-                try:
-                    results.append(hub.translate(text, beam=beam))
-                except Exception as e:  # noqa: BLE001 (report any failure of this line)
-                    errors.write(f"capsagg-translate: line {number}: not translated: {e}\n")
-                    results.append("")
-        for (number, _), result in zip(batch, results):
-            outputs[number] = result
-        batch.clear()
-
-    count = 0
-    for count, raw in enumerate(source, 1):
-        text, notes = sanitise(raw)
-        if not text:
-            notes.append("empty input, nothing to translate")
-            outputs[count] = ""
-        else:
-            text, note = truncate(hub, text, max_tokens)
-            if note:
-                notes.append(note)
-            batch.append((count, text))
-        if notes:
-            flagged += 1
-            errors.write(f"capsagg-translate: line {count}: {'; '.join(notes)}\n")
-        if len(batch) >= batch_size:
-            flush()
-    flush()
-    for number in range(1, count + 1):
-        target.write(outputs.get(number, "") + "\n")
-    target.flush()
+    number = 0
+    for batch in batches(source, batch_size):
+        for output, notes in hub.translate_lines(batch, beam=beam):
+            number += 1
+            if notes:
+                flagged += 1
+                errors.write(f"capsagg-translate: line {number}: {'; '.join(notes)}\n")
+            target.write(output + "\n")
+        target.flush()
     return flagged
 
 

@@ -4,7 +4,9 @@ Inputs and faults tried here and in the other suites are listed in the README's
 reliability section.
 """
 
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -93,3 +95,58 @@ def test_atomic_copy_never_exposes_a_partial_file(tmp_path, monkeypatch):
     monkeypatch.undo()
     assert atomic_copy(str(src), str(dst), overwrite=True)
     assert dst.read_bytes() == src.read_bytes()
+
+
+def test_fp16_training_through_fairseq_on_cpu(tiny_data_bin, tmp_path):
+    """fairseq-train --fp16 (FP16Optimizer, dynamic loss scaling) trains EM routing end to end."""
+    result = subprocess.run(
+        [str(BIN / "fairseq-train"), str(tiny_data_bin), *ARGS, "--max-update", "3", "--fp16",
+         "--fp16-no-flatten-grads", "--fp16-init-scale", "8", "--save-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    losses = [float(x) for x in re.findall(r"(?<!\w)loss=([^,\s]+)", result.stdout + result.stderr)]
+    scales = re.findall(r"(?<!\w)loss_scale=([\d.]+)", result.stdout + result.stderr)
+    assert len(losses) >= 3 and all(math.isfinite(x) for x in losses)
+    assert scales and float(scales[0]) == 8
+    state = torch.load(tmp_path / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert state["cfg"]["common"]["fp16"] and state["optimizer_history"][-1]["num_updates"] == 3
+    assert all(torch.isfinite(v).all() for v in state["model"].values())  # fairseq stores fp16 weights as fp32
+
+
+def test_fairseq_loss_scaler_recovers_from_an_overflow_in_routing():
+    """An fp16 gradient overflow through EM routing is caught by fairseq's scaler, which lowers the
+    scale until a step succeeds (what fairseq's trainer does on a GPU; its CPU path cannot run it)."""
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    from model_utils import build_tiny_model, parse_model_args, random_tokens
+
+    flags = ["--fp16", "--fp16-no-flatten-grads", "--fp16-init-scale", str(2 ** 24), "--fp16-scale-window", "100",
+             "--optimizer", "adam", "--lr", "1e-3", "--cpu"]
+    cfg = convert_namespace_to_omegaconf(parse_model_args("transformer_emrouting_small", flags))
+    model, dictionary = build_tiny_model("transformer_emrouting_small", flags)
+    model = model.half().train()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    optimizer = FP16Optimizer.build_optimizer(cfg, [p for p in model.parameters() if p.requires_grad])
+    lengths = [9, 7, 5, 3] * 8
+    src, tgt = random_tokens(dictionary, lengths, 1), random_tokens(dictionary, lengths, 2, bos=True)
+    overflows = 0
+    for _ in range(40):
+        logits, _ = model(src, torch.tensor(lengths), tgt)
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), src.flatten(),
+                                                 ignore_index=dictionary.pad(), reduction="sum")
+        optimizer.backward(loss)
+        try:
+            optimizer.clip_grad_norm(0.0)
+        except OverflowError:
+            overflows += 1
+            optimizer.zero_grad()
+            continue
+        optimizer.step()
+        break
+    assert overflows >= 1, "the test needs an overflow to start with"
+    assert optimizer.scaler.loss_scale == 2 ** 24 / 2 ** overflows  # halved once per overflow
+    after = dict(model.named_parameters())
+    assert all(torch.isfinite(p).all() for p in after.values())
+    changed = [n for n in before if not torch.equal(before[n], after[n])]
+    assert any("aggregator" in n for n in changed) and any("layers" in n for n in changed)

@@ -14,6 +14,8 @@ class DynamicRouting(CapsuleRouting):
     (Eq. 7), Omega_n = squash(S_n) (Eq. 6), B_{l->n} += Omega_n . V_{l->n}.
     The output is the concatenation [Omega_1; ...; Omega_N] of width d. The
     last iteration's logit update is skipped because nothing reads it.
+    Both sums are element-wise products summed over one axis (see
+    :class:`~fairseq_capsagg.aggregators.em_routing.EMRouting` for why not einsums).
     """
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
@@ -21,7 +23,7 @@ class DynamicRouting(CapsuleRouting):
         for step in range(self.routing_iters):
             agreement = torch.softmax(logits, dim=-1)
             self.record(agreement)
-            omega = squash(torch.einsum("...ln,...lnh->...nh", agreement, votes))
+            omega = squash((agreement.unsqueeze(-1) * votes).sum(dim=-3))
             if step + 1 < self.routing_iters:
-                logits = logits + torch.einsum("...nh,...lnh->...ln", omega, votes)
+                logits = logits + (omega.unsqueeze(-3) * votes).sum(dim=-1)
         return omega

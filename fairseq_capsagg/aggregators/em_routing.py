@@ -36,6 +36,10 @@ class EMRouting(CapsuleRouting):
     * Output Omega_n = A^Omega_n * mu_n, concatenated over n. The last E-step
       is skipped because its C is never read.
 
+    The sums over the L votes are element-wise products summed over l, not
+    einsums: with the paper's N = d capsules of width 1, an einsum becomes
+    millions of 1 x L by L x 1 matrix products.
+
     :attr:`input_activations` (T, B, L) and :attr:`output_activations` (one
     (T, B, N) tensor per iteration) are recorded with the agreement when
     capturing.
@@ -68,10 +72,11 @@ class EMRouting(CapsuleRouting):
             # M-step (Eqs. 12-15)
             resp = agreement * input_act.unsqueeze(-1)
             resp_sum = resp.sum(dim=-2)
-            denom = (resp_sum + ROUTING_EPS).unsqueeze(-1)
-            mu = torch.einsum("...ln,...lnh->...nh", resp, votes) / denom
-            sq_dev = (votes - mu.unsqueeze(-3)).pow(2)
-            var = torch.einsum("...ln,...lnh->...nh", resp, sq_dev) / denom + VARIANCE_FLOOR
+            # R_{l->n} / sum_l R_{l->n}: mu and sigma^2 as weighted sums over the L votes
+            share = (resp / (resp_sum.unsqueeze(-2) + ROUTING_EPS)).unsqueeze(-1)
+            mu = (share * votes).sum(dim=-3)
+            sq_dev = (votes - mu.unsqueeze(-3)).square()
+            var = (share * sq_dev).sum(dim=-3) + VARIANCE_FLOOR
             log_var = torch.log(var)
             cost = ((0.5 * log_var + 0.5 + _HALF_LOG_2PI) * resp_sum.unsqueeze(-1)).sum(dim=-1)
             lam = self.inverse_temperature * (step + 1) / self.routing_iters

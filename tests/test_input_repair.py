@@ -1,0 +1,26 @@
+"""What every translation entry point does with a raw input line (fairseq_capsagg.input_repair)."""
+
+import pytest
+
+from fairseq_capsagg.input_repair import CONTROL_CHARACTERS, INVALID_UTF8, decode_line, repair_line
+
+
+@pytest.mark.parametrize("raw, text, notes", [
+    (b"Open the file.\n", "Open the file.", []),
+    ("Öffnen Sie die Datei.", "Öffnen Sie die Datei.", []),
+    (b"\xff\xfe Save", "\ufffd\ufffd Save", [INVALID_UTF8]),
+    ("Save \udcff it", "Save \ufffd it", [INVALID_UTF8]),  # a byte Python kept under surrogateescape
+    ("keeps a real \ufffd", "keeps a real \ufffd", []),  # U+FFFD that was in the input is not a repair
+    (b"keeps a real \xef\xbf\xbd", "keeps a real \ufffd", []),
+    (b"Open\x01 the\x07 file\r\n", "Open the file", [CONTROL_CHARACTERS]),
+    (b"  a \t  b  ", "a b", []),
+    (b"", "", []),
+    (b"\x00\x1b", "", [CONTROL_CHARACTERS]),
+    (b"\x80\x01", "\ufffd", [INVALID_UTF8, CONTROL_CHARACTERS]),
+])
+def test_repair_line(raw, text, notes):
+    assert repair_line(raw) == (text, notes)
+
+
+def test_decode_keeps_what_it_does_not_need_to_repair():
+    assert decode_line(b"a\tb\x01\n") == ("a\tb\x01", [])
