@@ -217,3 +217,26 @@ def test_non_finite_inputs_are_left_to_the_loss_scaler():
     xs[0][0, 0, 0] = float("inf")  # an fp16 overflow upstream: fairseq's scaler must see it, not us
     out = agg(xs, None)
     assert not torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("name", ROUTINGS)
+def test_compiled_routing_equals_eager_routing(name):
+    """--compile-routing: the same outputs and gradients as the eager loop, for two batch shapes."""
+    eager = build(name)
+    compiled = build(name)
+    compiled.load_state_dict(eager.state_dict())
+    compiled.compile_routing = True
+    for t, b in [(T, B), (5, 3)]:  # a second shape must not need another compile to be right
+        xs = [x.requires_grad_() for x in layers(t, b)]
+        mask = torch.zeros(b, t, dtype=torch.bool)
+        mask[0, -1] = True
+        expected = eager(xs, mask)
+        grads = torch.autograd.grad(expected.pow(2).sum(), [*xs, *eager.parameters()])
+        got = compiled(xs, mask)
+        compiled_grads = torch.autograd.grad(got.pow(2).sum(), [*xs, *compiled.parameters()])
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        for g, e in zip(compiled_grads, grads):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+    compiled.capture_agreement = True  # capture needs the eager loop, and still works
+    compiled(layers(), None)
+    assert len(compiled.agreement) == 3

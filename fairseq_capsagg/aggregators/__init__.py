@@ -46,7 +46,7 @@ def build_aggregator(
     if name == "dynamic":
         return DynamicCombination(embed_dim, num_layers, cfg.ffn_dim or embed_dim)
     routing_args = (embed_dim, num_layers, cfg.num_output_capsules(embed_dim), cfg.routing_iters,
-                    cfg.capsule_input, cfg.capsule_rank)
+                    cfg.capsule_input, cfg.capsule_rank, cfg.compile_routing)
     if name == "dynamic-routing":
         return DynamicRouting(*routing_args)
     return EMRouting(*routing_args, inverse_temperature=cfg.em_inverse_temperature)

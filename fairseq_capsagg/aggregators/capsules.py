@@ -1,6 +1,6 @@
 """Input capsules and votes shared by the routing-by-agreement aggregators."""
 
-from typing import List, Optional
+from typing import Callable, Dict, List, Optional
 
 import torch
 from torch import Tensor, nn
@@ -19,6 +19,16 @@ def squash(s: Tensor, dim: int = -1) -> Tensor:
     """
     sq_norm = s.pow(2).sum(dim=dim, keepdim=True)
     return s * (sq_norm / (1.0 + sq_norm) / torch.sqrt(sq_norm + ROUTING_EPS))
+
+
+_COMPILED_ROUTES: Dict[type, Callable] = {}
+
+
+def compiled_route(routing_class: type) -> Callable:
+    """``torch.compile`` of ``routing_class.route``, made once per class."""
+    if routing_class not in _COMPILED_ROUTES:
+        _COMPILED_ROUTES[routing_class] = torch.compile(routing_class.route, dynamic=True)
+    return _COMPILED_ROUTES[routing_class]
 
 
 class CapsuleRouting(LayerAggregator):
@@ -52,8 +62,10 @@ class CapsuleRouting(LayerAggregator):
         routing_iters: int,
         capsule_input: str = "all",
         capsule_rank: int = 0,
+        compile_routing: bool = False,
     ):
         super().__init__(embed_dim, num_layers)
+        self.compile_routing = compile_routing
         self.output_capsules = output_capsules
         self.capsule_dim = embed_dim // output_capsules
         self.routing_iters = routing_iters
@@ -103,8 +115,15 @@ class CapsuleRouting(LayerAggregator):
         return self.route_fp32(capsules, votes).flatten(-2).to(layers.dtype)
 
     def route_fp32(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        """:meth:`route` in fp32 with autocast off, whatever the model's precision."""
+        """:meth:`route` in fp32 with autocast off, whatever the model's precision.
+
+        With ``compile_routing`` the iterations run through ``torch.compile``
+        (one compiled function per routing class, shapes dynamic), except while
+        agreement is captured, which needs the eager loop.
+        """
         with torch.autocast(device_type=capsules.device.type, enabled=False):
+            if self.compile_routing and not self.capture_agreement:
+                return compiled_route(type(self))(self, capsules.float(), votes.float())
             return self.route(capsules.float(), votes.float())
 
     @torch.no_grad()

@@ -31,6 +31,7 @@ class AggregationConfig:
             routing (Eq. 15); iteration t of T uses lambda * t / T.
         capsule_rank: 0 for the paper's F_l; r > 0 factorises the F_l of
             ``capsule_input='all'`` through a shared rank-r bottleneck.
+        compile_routing: run the routing iterations through ``torch.compile``.
     """
 
     output_capsules: Optional[int] = None
@@ -40,6 +41,7 @@ class AggregationConfig:
     linear_weights: str = "vector"
     em_inverse_temperature: float = 1.0
     capsule_rank: int = 0
+    compile_routing: bool = False
 
     @classmethod
     def from_args(cls, args: Any) -> "AggregationConfig":
@@ -52,6 +54,7 @@ class AggregationConfig:
             linear_weights=getattr(args, "linear_combination_weights", "vector"),
             em_inverse_temperature=getattr(args, "em_inverse_temperature", 1.0),
             capsule_rank=getattr(args, "capsule_rank", 0) or 0,
+            compile_routing=bool(getattr(args, "compile_routing", False)),
         )
 
     def num_output_capsules(self, embed_dim: int) -> int:

@@ -46,8 +46,10 @@ class EMRouting(CapsuleRouting):
     """
 
     def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
-                 capsule_input: str = "all", capsule_rank: int = 0, inverse_temperature: float = 1.0):
-        super().__init__(embed_dim, num_layers, output_capsules, routing_iters, capsule_input, capsule_rank)
+                 capsule_input: str = "all", capsule_rank: int = 0, compile_routing: bool = False,
+                 inverse_temperature: float = 1.0):
+        super().__init__(embed_dim, num_layers, output_capsules, routing_iters, capsule_input, capsule_rank,
+                         compile_routing)
         self.inverse_temperature = inverse_temperature
         self.activation_weight = nn.Parameter(torch.empty(num_layers, embed_dim))
         nn.init.normal_(self.activation_weight, std=embed_dim ** -0.5)
