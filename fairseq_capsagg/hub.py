@@ -6,9 +6,10 @@ from typing import List, Sequence, Tuple, Union
 
 import torch
 from fairseq.hub_utils import GeneratorHubInterface
+from torch import Tensor
 
 from . import USER_DIR
-from .input_repair import EMPTY, repair_line, truncation_note
+from .input_repair import EMPTY, repair_line, truncate_tokens
 from .safe_checkpoints import check_checkpoint
 
 logger = logging.getLogger(__name__)
@@ -30,44 +31,41 @@ class CapsAggHubInterface(GeneratorHubInterface):
         limit = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions
         return min(limit, self.models[0].encoder.max_positions())
 
-    def truncate(self, text: str, limit: int) -> Tuple[str, List[str]]:
-        """Cuts ``text`` to ``limit`` subword tokens, EOS included, if it is longer."""
-        pieces = self.apply_bpe(self.tokenize(text)).split()
-        if len(pieces) < limit:
-            return text, []
-        kept = self.detokenize(self.remove_bpe(" ".join(pieces[: limit - 1])))
-        return kept, [truncation_note(len(pieces), limit - 1)]
-
     def translate_lines(self, lines: Sequence[Line], beam: int = 5,
                         **kwargs) -> List[Tuple[str, List[str]]]:
         """Translates ``lines`` (str or raw bytes); returns (translation, notes) for each line."""
         limit = self.source_token_limit()
-        results: List[Tuple[str, List[str]]] = []
-        todo: List[Tuple[int, str]] = []
+        notes: List[List[str]] = []
+        todo: List[Tuple[int, Tensor]] = []  # (line number, source tokens) of non-empty lines
         for number, raw in enumerate(lines):
-            text, notes = repair_line(raw)
+            text, line_notes = repair_line(raw)
             if text:
-                text, cut = self.truncate(text, limit)
-                notes += cut
-                todo.append((number, text))
+                tokens, cut = truncate_tokens(self.encode(text), limit)
+                line_notes += cut
+                todo.append((number, tokens))
             else:
-                notes.append(EMPTY)
-            results.append(("", notes))
-        if not todo:
-            return results
+                line_notes.append(EMPTY)
+            notes.append(line_notes)
+        outputs = [""] * len(notes)
         try:
-            outputs = super().translate([text for _, text in todo], beam=beam, **kwargs)
+            translated = self.translate_tokens([tokens for _, tokens in todo], beam, **kwargs)
         except Exception:  # noqa: BLE001 (one bad line must not lose the others: retry one by one)
-            outputs = []
-            for number, text in todo:
+            translated = []
+            for number, tokens in todo:
                 try:
-                    outputs.append(super().translate(text, beam=beam, **kwargs))
+                    translated += self.translate_tokens([tokens], beam, **kwargs)
                 except Exception as e:  # noqa: BLE001 (any failure is reported for its line)
-                    results[number][1].append(f"not translated: {e}")
-                    outputs.append("")
-        for (number, _), output in zip(todo, outputs):
-            results[number] = (output, results[number][1])
-        return results
+                    notes[number].append(f"not translated: {e}")
+                    translated.append("")
+        for (number, _), output in zip(todo, translated):
+            outputs[number] = output
+        return list(zip(outputs, notes))
+
+    def translate_tokens(self, sources: List[Tensor], beam: int, **kwargs) -> List[str]:
+        """Best hypotheses for encoded sources, decoded (what fairseq's ``sample`` does after encoding)."""
+        if not sources:
+            return []
+        return [self.decode(hypos[0]["tokens"]) for hypos in self.generate(sources, beam, **kwargs)]
 
     def translate(self, sentences: Union[Line, Sequence[Line]], beam: int = 5, verbose: bool = False,
                   **kwargs) -> Union[str, List[str]]:

@@ -1,4 +1,4 @@
-"""Repairing raw input lines before translation.
+"""Reading and repairing raw input lines before translation.
 
 One place decides what a translation entry point does with a line a model
 cannot read as it is (``capsagg-translate``, the hub helper and the guard for
@@ -7,14 +7,18 @@ cannot read as it is (``capsagg-translate``, the hub helper and the guard for
 * bytes that are not UTF-8 are replaced by U+FFFD (and so are lone
   surrogates, which Python makes of such bytes under ``surrogateescape``);
 * control characters other than tab are removed;
-* runs of whitespace become one space, and the ends are stripped.
+* runs of whitespace become one space, and the ends are stripped;
+* a source longer than the model's positions keeps its first tokens and EOS.
 
 Each repair is reported as a short note, so that the caller can give one
 message for the line.
 """
 
 import unicodedata
-from typing import List, Tuple, Union
+from typing import BinaryIO, Iterator, List, Tuple, Union
+
+import torch
+from torch import Tensor
 
 INVALID_UTF8 = "invalid UTF-8 bytes replaced by U+FFFD"
 CONTROL_CHARACTERS = "control characters removed"
@@ -41,5 +45,21 @@ def repair_line(raw: Union[bytes, str]) -> Tuple[str, List[str]]:
     return " ".join(cleaned.split()), notes
 
 
-def truncation_note(num_tokens: int, limit: int) -> str:
-    return f"{num_tokens} subword tokens, truncated to {limit}"
+def truncate_tokens(tokens: Tensor, limit: int) -> Tuple[Tensor, List[str]]:
+    """Cuts a source ending in EOS to ``limit`` tokens, EOS kept; returns (tokens, notes)."""
+    if len(tokens) <= limit:
+        return tokens, []
+    note = f"{len(tokens) - 1} subword tokens, truncated to {limit - 1}"
+    return torch.cat([tokens[: limit - 1], tokens[-1:]]), [note]
+
+
+def read_batches(source: BinaryIO, size: int) -> Iterator[List[bytes]]:
+    """The raw lines of ``source`` in lists of ``size`` (the last may be shorter)."""
+    batch: List[bytes] = []
+    for raw in source:
+        batch.append(raw)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

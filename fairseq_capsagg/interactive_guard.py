@@ -23,9 +23,7 @@ import sys
 from types import ModuleType
 from typing import BinaryIO, Callable, Iterator, List, Optional
 
-import torch
-
-from .input_repair import repair_line, truncation_note
+from .input_repair import read_batches, repair_line, truncate_tokens
 
 logger = logging.getLogger("fairseq_capsagg.interactive")
 
@@ -40,24 +38,19 @@ class InteractiveGuard:
         self.first_id = 0  # fairseq's id of the first line of the buffer being translated
 
     def buffered_read(self, input: str, buffer_size: int) -> Iterator[List[str]]:
-        next_id = 0
-        buffer: List[str] = []
+        self.first_id = 0
         with self.open_bytes(input) as source:
-            for raw in source:
-                text, notes = repair_line(raw)
-                if not text:
-                    notes.append("empty input (fairseq translates it as an empty sentence)")
-                if notes:
-                    logger.warning("input line %d (H-%d): %s", next_id + 1, next_id, "; ".join(notes))
-                buffer.append(text)
-                next_id += 1
-                if len(buffer) >= buffer_size:
-                    self.first_id = next_id - len(buffer)
-                    yield buffer
-                    buffer = []
-        if buffer:
-            self.first_id = next_id - len(buffer)
-            yield buffer
+            for raw_lines in read_batches(source, buffer_size):
+                buffer = []
+                for line_id, raw in enumerate(raw_lines, self.first_id):
+                    text, notes = repair_line(raw)
+                    if not text:
+                        notes.append("empty input (fairseq translates it as an empty sentence)")
+                    if notes:
+                        logger.warning("input line %d (H-%d): %s", line_id + 1, line_id, "; ".join(notes))
+                    buffer.append(text)
+                yield buffer
+                self.first_id += len(buffer)
 
     @staticmethod
     @contextlib.contextmanager
@@ -74,13 +67,13 @@ class InteractiveGuard:
 
         def encode_and_truncate(lines, encode_fn):
             tokens, lengths = encode_lines(lines, encode_fn)
-            for i, line_tokens in enumerate(tokens):
-                if limit is not None and len(line_tokens) > limit:
-                    tokens[i] = torch.cat([line_tokens[: limit - 1], line_tokens[-1:]])  # keep EOS
-                    lengths[i] = limit
-                    line_id = self.first_id + i
-                    logger.warning("input line %d (H-%d): %s", line_id + 1, line_id,
-                                   truncation_note(len(line_tokens) - 1, limit - 1))
+            if limit is None:
+                return tokens, lengths
+            for i, line_id in enumerate(range(self.first_id, self.first_id + len(tokens))):
+                tokens[i], notes = truncate_tokens(tokens[i], limit)
+                if notes:
+                    lengths[i] = len(tokens[i])
+                    logger.warning("input line %d (H-%d): %s", line_id + 1, line_id, notes[0])
             return tokens, lengths
 
         task.get_interactive_tokens_and_lengths = encode_and_truncate

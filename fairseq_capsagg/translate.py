@@ -15,33 +15,21 @@ error; the repairs are those of :meth:`fairseq_capsagg.hub.CapsAggHubInterface.t
 
 import argparse
 import sys
-from typing import BinaryIO, Iterator, List, Optional, TextIO
+from typing import BinaryIO, List, Optional, TextIO
+
+from .input_repair import read_batches
 
 
-def batches(source: BinaryIO, size: int) -> Iterator[List[bytes]]:
-    batch: List[bytes] = []
-    for raw in source:
-        batch.append(raw)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-def translate_stream(hub, source: BinaryIO, target: TextIO, errors: TextIO, beam: int, batch_size: int = 16) -> int:
-    """Translates ``source`` line by line; returns how many lines needed a message."""
-    flagged = 0
+def translate_stream(hub, source: BinaryIO, target: TextIO, errors: TextIO, beam: int, batch_size: int = 16) -> None:
+    """Translates ``source`` line by line, one output line and at most one message per line."""
     number = 0
-    for batch in batches(source, batch_size):
+    for batch in read_batches(source, batch_size):
         for output, notes in hub.translate_lines(batch, beam=beam):
             number += 1
             if notes:
-                flagged += 1
                 errors.write(f"capsagg-translate: line {number}: {'; '.join(notes)}\n")
             target.write(output + "\n")
         target.flush()
-    return flagged
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
