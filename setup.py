@@ -17,6 +17,7 @@ setup(
     entry_points={"console_scripts": [
         "capsagg-params=fairseq_capsagg.param_count:cli_main",
         "capsagg-translate=fairseq_capsagg.translate:cli_main",
+        "capsagg-health=fairseq_capsagg.health:cli_main",
     ]},
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

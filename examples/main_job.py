@@ -112,6 +112,52 @@ class Stages:
         return result
 
 
+def prepare_data(args: argparse.Namespace, corpus_dir: Path, stages: "Stages", limits) -> Path:
+    """Subwords and binarisation of ``corpus_dir`` into ``args.workdir``; returns the data-bin."""
+    work = args.workdir
+    spm_prefix = work / "spm" / "spm"
+    spm_model = spm_prefix.with_suffix(".model")
+
+    def make_subwords():
+        spm_prefix.parent.mkdir(parents=True, exist_ok=True)
+        subwords.train_sentencepiece(corpus_dir, spm_prefix, args.vocab_size,
+                                     max_sentences=20000 if args.quick else 1_000_000)
+        return subwords.encode_corpus(corpus_dir, spm_model, work / "spm", args.max_train_tokens, limits)
+
+    stages.run("subwords", make_subwords, spm_model)
+    data_bin = work / "data-bin"
+
+    def binarise():
+        fairseq_runs.run_logged("fairseq-preprocess", [
+            "--source-lang", "en", "--target-lang", "de", "--trainpref", str(work / "spm" / "train"),
+            "--validpref", str(work / "spm" / "valid"), "--testpref", str(work / "spm" / "test"),
+            "--joined-dictionary", "--destdir", str(data_bin), "--workers", "2"], work / "logs" / "preprocess.log")
+        return {}
+
+    stages.run("binarise", binarise, data_bin / "dict.en.txt")
+
+    return data_bin
+
+
+#: How the routing rows of the step-0 table start: the paper's random init, and the identity start.
+ROUTING_STARTS = {"identity": ["--routing-init", "identity"],
+                  "identity + ramp": ["--routing-init", "identity", "--aggregation-ramp-updates", "1"]}
+
+
+def step0_losses(checkpoint: str, data_bin: Path, shape: str) -> Dict[str, Dict[str, float]]:
+    """Validation loss at step 0 of a warm start from ``checkpoint``: every aggregator as built by
+    default, and the routing families with each of :data:`ROUTING_STARTS`."""
+    from fairseq_capsagg.warm_start_loss import warm_start_losses
+
+    archs = [f"transformer_{family}_{shape}" for family in fairseq_runs.SYSTEMS[1:]]
+    losses = warm_start_losses(checkpoint, str(data_bin), archs)
+    routing = [f"transformer_{family}_{shape}" for family in ("dynrouting", "emrouting")]
+    for start, flags in ROUTING_STARTS.items():
+        variant = warm_start_losses(checkpoint, str(data_bin), routing, model_args=flags)
+        losses.update({f"{arch} ({start})": variant[arch] for arch in routing})
+    return losses
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     work = args.workdir
@@ -141,26 +187,7 @@ def main(argv=None) -> int:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
 
-    spm_prefix = work / "spm" / "spm"
-    spm_model = spm_prefix.with_suffix(".model")
-
-    def make_subwords():
-        spm_prefix.parent.mkdir(parents=True, exist_ok=True)
-        subwords.train_sentencepiece(corpus_dir, spm_prefix, args.vocab_size,
-                                     max_sentences=20000 if args.quick else 1_000_000)
-        return subwords.encode_corpus(corpus_dir, spm_model, work / "spm", args.max_train_tokens, limits)
-
-    stages.run("subwords", make_subwords, spm_model)
-    data_bin = work / "data-bin"
-
-    def binarise():
-        fairseq_runs.run_logged("fairseq-preprocess", [
-            "--source-lang", "en", "--target-lang", "de", "--trainpref", str(work / "spm" / "train"),
-            "--validpref", str(work / "spm" / "valid"), "--testpref", str(work / "spm" / "test"),
-            "--joined-dictionary", "--destdir", str(data_bin), "--workers", "2"], work / "logs" / "preprocess.log")
-        return {}
-
-    stages.run("binarise", binarise, data_bin / "dict.en.txt")
+    data_bin = prepare_data(args, corpus_dir, stages, limits)
 
     model_args = args.model_args.split()
 
@@ -209,11 +236,8 @@ def main(argv=None) -> int:
 
     step0 = None
     if "baseline" in results and not args.no_equal_time:
-        from fairseq_capsagg.warm_start_loss import warm_start_losses
-
-        archs = [f"transformer_{family}_{args.shape}" for family in fairseq_runs.SYSTEMS[1:]]
-        step0 = stages.run("validation loss at step 0 of warm starts", lambda: warm_start_losses(
-            results["baseline"]["checkpoint"], str(data_bin), archs))
+        step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
+            results["baseline"]["checkpoint"], data_bin, args.shape))
 
     num_test = corpus_mod.count_lines(work / "spm" / "test.de")
     raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]

@@ -1,12 +1,13 @@
 """Validation loss of aggregation models warm-started from a vanilla Transformer, at step 0.
 
     python -m fairseq_capsagg.warm_start_loss --path BASELINE.pt --data DATA-BIN \\
-        --arch transformer_dyncomb_small transformer_emrouting_small
+        --arch transformer_dyncomb_small transformer_emrouting_small \\
+        --model-args="--routing-init identity"
 
 builds each architecture with the baseline's shape, loads the baseline checkpoint the
 way ``--finetune-from-model`` does (shared weights from the checkpoint, aggregators freshly
-initialised) and reports fairseq's validation loss (base 2, per target token) next to the
-baseline's own.
+initialised, with the ``--model-args`` flags) and reports fairseq's validation loss (base 2,
+per target token) next to the baseline's own.
 """
 
 import argparse
@@ -14,19 +15,31 @@ import copy
 import json
 import math
 import sys
-from typing import Dict, List
+from typing import Dict, List, Sequence, Set
 
 import torch
 from fairseq import checkpoint_utils, utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models.transformer import TransformerModel
 
 from . import USER_DIR
 from .models import CapsAggTransformerModel
 
-#: Flags an architecture fills in; removed from the baseline's arguments before it does.
-AGGREGATION_ARGS = ("encoder_aggregation", "decoder_aggregation", "aggregate_embedding", "output_capsules",
-                    "routing_iters", "capsule_input", "aggregation_ffn_dim", "linear_combination_weights",
-                    "em_inverse_temperature", "capsule_rank")
+
+def model_flag_parser(model) -> argparse.ArgumentParser:
+    """The model's own flags, each absent from a parse unless given."""
+    parser = argparse.ArgumentParser(argument_default=argparse.SUPPRESS, add_help=False)
+    model.add_args(parser)
+    return parser
+
+
+def aggregation_arg_names() -> Set[str]:
+    """The flags the plugin adds to fairseq's Transformer (an architecture fills them in, so they are
+    removed from the baseline's arguments first)."""
+    def dests(model) -> Set[str]:
+        return {action.dest for action in model_flag_parser(model)._actions}
+
+    return dests(CapsAggTransformerModel) - dests(TransformerModel)
 
 
 @torch.no_grad()
@@ -44,7 +57,7 @@ def validation_loss(model, task, criterion, subset: str, max_tokens: int) -> Dic
 
 
 def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "valid",
-                      max_tokens: int = 8000) -> Dict[str, Dict[str, float]]:
+                      max_tokens: int = 8000, model_args: Sequence[str] = ()) -> Dict[str, Dict[str, float]]:
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": data, "user_dir": USER_DIR})
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
@@ -53,9 +66,10 @@ def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "val
     results = {"baseline": validation_loss(models[0], task, criterion, subset, max_tokens)}
     for arch in archs:
         args = copy.deepcopy(cfg.model)
-        for name in AGGREGATION_ARGS:
+        for name in aggregation_arg_names():
             if hasattr(args, name):
                 delattr(args, name)
+        vars(args).update(vars(model_flag_parser(CapsAggTransformerModel).parse_args(list(model_args))))
         args.arch = arch
         ARCH_CONFIG_REGISTRY[arch](args)
         torch.manual_seed(cfg.common.seed)
@@ -71,8 +85,11 @@ def cli_main(argv=None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--arch", nargs="+", required=True)
     parser.add_argument("--subset", default="valid")
+    parser.add_argument("--model-args", default="",
+                        help="model flags of every architecture, e.g. --model-args=\"--routing-init identity\"")
     args = parser.parse_args(argv)
-    print(json.dumps(warm_start_losses(args.path, args.data, args.arch, args.subset), indent=2))
+    print(json.dumps(warm_start_losses(args.path, args.data, args.arch, args.subset,
+                                       model_args=args.model_args.split()), indent=2))
     return 0
 
 

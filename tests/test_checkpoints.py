@@ -43,7 +43,9 @@ def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_chec
     loaded = model.state_dict()
     shared = [k for k in loaded if k in vanilla]
     new = [k for k in loaded if k not in vanilla]
-    assert new and all(".aggregator." in k for k in new)
+    # the aggregator and (pre-norm, --aggregation-layer-norm on) the LayerNorm of each aggregated layer
+    assert new and all(".aggregator." in k or ".layer_norms." in k for k in new)
+    assert any(".aggregator." in k for k in new) and any(".layer_norms." in k for k in new)
     for k in shared:
         torch.testing.assert_close(loaded[k], vanilla[k], rtol=0, atol=0, msg=k)
     for k in new:
@@ -99,3 +101,15 @@ def test_checkpoint_that_cannot_be_inspected_is_refused(vanilla_checkpoint, tmp_
     truncated.write_bytes(vanilla_checkpoint.read_bytes()[:5000])
     with pytest.raises(UnsafeCheckpointError, match=r"refusing to load .*truncated\.pt: its pickle cannot be inspected"):
         check_checkpoint(truncated)
+
+
+def test_ramp_state_travels_with_checkpoints(tiny_data_bin, tmp_path):
+    flags = ["--aggregation-ramp-updates", "4", "--routing-init", "identity"]
+    train(tiny_data_bin, tmp_path, "transformer_emrouting_small", *flags)  # 3 updates
+    key = "encoder.aggregation_ramp.num_updates"
+    # the third update was computed at t = 2 (a_t = 2/4): a saved model decodes with its last a_t
+    assert int(checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))["model"][key]) == 2
+    train(tiny_data_bin, tmp_path, "transformer_emrouting_small", *flags, "--max-update", "6")  # resumes at 3
+    state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
+    assert state["optimizer_history"][-1]["num_updates"] == 6
+    assert int(state["model"][key]) == 5 and int(state["model"][key.replace("encoder", "decoder")]) == 5

@@ -77,3 +77,20 @@ def test_unknown_aggregation_is_refused_by_the_parser(tiny_data_bin, tmp_path):
     assert result.returncode == 2
     assert "argument --encoder-aggregation: invalid choice: 'mean'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--routing-init", "zeros"], "argument --routing-init: invalid choice: 'zeros' (choose from random, identity)"),
+    (["--aggregation-ramp-updates", "-1"],
+     "fairseq-train: error: --aggregation-ramp-updates: got -1; it must be an integer >= 0 (0: no ramp)"),
+])
+def test_bad_routing_start_is_one_clear_line(flags, message, tiny_data_bin, tmp_path):
+    result = run_tool(
+        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch", "transformer_emrouting_small",
+        *flags, "--cpu", "--max-update", "1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000",
+        "--save-dir", str(tmp_path), check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1

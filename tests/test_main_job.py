@@ -46,11 +46,18 @@ def test_quick_main_job_writes_the_table(quick_run):
     # the equal wall-clock rows were planned to use EM routing's training time
     assert rows[2]["train_seconds"] > rows[0]["train_seconds"] and rows[3]["train_seconds"] > rows[0]["train_seconds"]
     step0 = json.loads((workdir / "results.json").read_text())["warm_start_step0"]
-    assert set(step0) == {"baseline", "transformer_linagg_small", "transformer_dyncomb_small",
-                          "transformer_dynrouting_small", "transformer_emrouting_small"}
+    routing = ["transformer_dynrouting_small", "transformer_emrouting_small"]
+    assert set(step0) == {"baseline", "transformer_linagg_small", "transformer_dyncomb_small", *routing,
+                          *[f"{arch} ({start})" for arch in routing for start in ("identity", "identity + ramp")]}
     # identity-preserving aggregators start exactly where the baseline is
     assert step0["transformer_dyncomb_small"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
     assert step0["transformer_linagg_small"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
+    for arch in routing:
+        # the ramp starts at the top layer exactly; the identity start alone is closer than a random one
+        assert step0[f"{arch} (identity + ramp)"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
+    em = "transformer_emrouting_small"
+    assert abs(step0[f"{em} (identity)"]["loss"] - step0["baseline"]["loss"]) < \
+        abs(step0[em]["loss"] - step0["baseline"]["loss"])
     table = (workdir / "results.md").read_text()
     assert "| 2 | + EM Routing (small) | 40 |" in table
     for stage in ["corpus", "subwords", "binarise", "train baseline", "train emrouting"]:

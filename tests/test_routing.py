@@ -170,7 +170,9 @@ def test_half_precision_module_routes_in_fp32(name, dtype):
     out = agg(xs, None)
     assert out.dtype == dtype
     assert agg.agreement[-1].dtype == torch.float32
-    out.float().pow(2).sum().backward()
+    # a mean, not a sum: with each matrix at its own Glorot scale, the true gradient of the sum at
+    # inputs of scale 30 exceeds fp16's range (131k in fp32), which is the loss scaler's case
+    out.float().pow(2).mean().backward()
     assert torch.isfinite(out).all()
     assert all(torch.isfinite(p.grad).all() for p in agg.parameters())
     out_small = agg([x.to(dtype) for x in layers()], None)

@@ -26,7 +26,7 @@ def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     start = time.time()
-    with open(log, "w", encoding="utf-8") as log_f:
+    with open(log, "w", encoding="utf-8", buffering=1) as log_f:  # line-buffered: the log shows progress
         out_f = open(stdout_file, "w", encoding="utf-8") if stdout_file else None
         try:
             proc = subprocess.Popen([str(BIN / tool), *args], stdout=out_f or subprocess.PIPE,
@@ -70,7 +70,8 @@ def train(data_bin: Path, save_dir: Path, system: str, shape: str, max_update: i
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--dropout", "0.1", "--max-tokens", str(hparams["max_tokens"]),
         "--max-update", str(max_update), "--seed", str(hparams["seed"]),
-        "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--save-interval-updates", "0",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints",
+        "--save-interval-updates", str(hparams.get("save_interval_updates", 0)), "--keep-interval-updates", "1",
         "--log-format", "simple", "--log-interval", str(hparams["log_interval"]),
         "--num-workers", "0", *hparams["device_flags"], *extra,
     ]
@@ -82,13 +83,15 @@ _KEY_VALUE = re.compile(r"(\w+) ([0-9.,]+)")
 
 
 def train_summary(log: Path, start_update: int = 0) -> Dict[str, float]:
-    """Training speed over a whole ``fairseq-train`` log that began at ``start_update``.
+    """Training speed and gradient statistics over a whole ``fairseq-train`` log that began at
+    ``start_update``.
 
-    fairseq prints one ``| train | epoch N |`` line per epoch whose ``train_wall``
-    and ``wps`` cover that epoch only, so they are summed and weighted here.
+    fairseq prints one ``| train | epoch N |`` line per epoch whose ``train_wall``,
+    ``wps``, ``gnorm`` and ``clip`` cover that epoch only, so they are summed and weighted here.
 
     Returns:
-        num_updates (at the end), train_wall (seconds, all epochs), ups, wps.
+        num_updates (at the end), train_wall (seconds, all epochs), ups, wps, gnorm (mean gradient
+        norm before clipping) and clip (per cent of updates clipped).
     """
     epochs = []
     for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -100,8 +103,15 @@ def train_summary(log: Path, start_update: int = 0) -> Dict[str, float]:
     seconds = sum(e["train_wall"] for e in epochs)
     tokens = sum(e["wps"] * e["train_wall"] for e in epochs)
     updates = epochs[-1]["num_updates"] - start_update
+    done = [start_update] + [e["num_updates"] for e in epochs]
+    per_epoch = [after - before for before, after in zip(done, done[1:])]
+
+    def mean_over_updates(key: str) -> float:
+        return sum(e.get(key, 0.0) * n for e, n in zip(epochs, per_epoch)) / updates if updates else 0.0
+
     return {"num_updates": epochs[-1]["num_updates"], "train_wall": seconds,
-            "ups": updates / seconds if seconds else 0.0, "wps": tokens / seconds if seconds else 0.0}
+            "ups": updates / seconds if seconds else 0.0, "wps": tokens / seconds if seconds else 0.0,
+            "gnorm": mean_over_updates("gnorm"), "clip": mean_over_updates("clip")}
 
 
 def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,

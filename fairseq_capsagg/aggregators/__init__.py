@@ -8,13 +8,17 @@ from .config import (
     AGGREGATION_CHOICES,
     CAPSULE_INPUT_CHOICES,
     LINEAR_WEIGHT_CHOICES,
+    ROUTING_CHOICES,
+    ROUTING_INIT_CHOICES,
     AggregationConfig,
     AggregationConfigError,
 )
 from .dynamic_combination import DynamicCombination
 from .dynamic_routing import DynamicRouting
 from .em_routing import EMRouting
+from .initialisation import xavier_uniform_per_matrix_
 from .linear_combination import LinearCombination
+from .ramp import AggregationRamp
 from .top_layer import TopLayer
 
 
@@ -46,7 +50,7 @@ def build_aggregator(
     if name == "dynamic":
         return DynamicCombination(embed_dim, num_layers, cfg.ffn_dim or embed_dim)
     routing_args = (embed_dim, num_layers, cfg.num_output_capsules(embed_dim), cfg.routing_iters,
-                    cfg.capsule_input, cfg.capsule_rank, cfg.compile_routing)
+                    cfg.capsule_input, cfg.capsule_rank, cfg.compile_routing, cfg.routing_init)
     if name == "dynamic-routing":
         return DynamicRouting(*routing_args)
     return EMRouting(*routing_args, inverse_temperature=cfg.em_inverse_temperature)
@@ -54,8 +58,11 @@ def build_aggregator(
 
 __all__ = [
     "AGGREGATION_CHOICES",
+    "AggregationRamp",
     "CAPSULE_INPUT_CHOICES",
     "LINEAR_WEIGHT_CHOICES",
+    "ROUTING_CHOICES",
+    "ROUTING_INIT_CHOICES",
     "AggregationConfig",
     "AggregationConfigError",
     "CapsuleRouting",
@@ -68,4 +75,5 @@ __all__ = [
     "TopLayer",
     "build_aggregator",
     "squash",
+    "xavier_uniform_per_matrix_",
 ]

@@ -6,9 +6,13 @@ import torch
 from torch import Tensor, nn
 
 from .base import LayerAggregator
+from .initialisation import xavier_uniform_per_matrix_
 
 #: Added under square roots and logarithms; routing runs in fp32, where it is exact enough.
 ROUTING_EPS = 1e-6
+
+#: delta of ``--routing-init identity``: the share of its own layer H^l in input capsule l.
+IDENTITY_LAYER_SHARE = 0.1
 
 
 def squash(s: Tensor, dim: int = -1) -> Tensor:
@@ -63,6 +67,7 @@ class CapsuleRouting(LayerAggregator):
         capsule_input: str = "all",
         capsule_rank: int = 0,
         compile_routing: bool = False,
+        routing_init: str = "random",
     ):
         super().__init__(embed_dim, num_layers)
         self.compile_routing = compile_routing
@@ -71,25 +76,69 @@ class CapsuleRouting(LayerAggregator):
         self.routing_iters = routing_iters
         self.capsule_input = capsule_input
         self.capsule_rank = capsule_rank
+        self.routing_init = routing_init
         if capsule_input == "all" and capsule_rank > 0:
             self.capsule_bottleneck = nn.Linear(num_layers * embed_dim, capsule_rank, bias=False)
-            nn.init.xavier_uniform_(self.capsule_bottleneck.weight)
             self.input_capsule_weight = nn.Parameter(torch.empty(num_layers, embed_dim, capsule_rank))
             self.input_capsule_bias = nn.Parameter(torch.zeros(num_layers, embed_dim))
-            nn.init.xavier_uniform_(self.input_capsule_weight)
         elif capsule_input == "all":
             self.input_capsules = nn.Linear(num_layers * embed_dim, num_layers * embed_dim)
-            nn.init.xavier_uniform_(self.input_capsules.weight)
-            nn.init.zeros_(self.input_capsules.bias)
         else:
             self.input_capsule_weight = nn.Parameter(torch.empty(num_layers, embed_dim, embed_dim))
             self.input_capsule_bias = nn.Parameter(torch.zeros(num_layers, embed_dim))
-            nn.init.xavier_uniform_(self.input_capsule_weight)
         self.vote_weight = nn.Parameter(torch.empty(num_layers, embed_dim, embed_dim))
-        nn.init.xavier_uniform_(self.vote_weight)
+        self.reset_parameters()
         self.capture_agreement = False
         self.agreement: List[Tensor] = []
         self.captured_padding_mask: Optional[Tensor] = None
+
+    def vote_gain(self) -> float:
+        """Scale of the votes at initialisation; 1 unless a routing algorithm needs another."""
+        return 1.0
+
+    @torch.no_grad()
+    def reset_parameters(self) -> None:
+        """Initialises F_l and W_{l->n}: ``random`` (each matrix Glorot-uniform by its own
+        fan-in and fan-out) or ``identity`` (:meth:`reset_to_identity`)."""
+        if self.capsule_input == "all" and self.capsule_rank > 0:
+            nn.init.xavier_uniform_(self.capsule_bottleneck.weight)
+            xavier_uniform_per_matrix_(self.input_capsule_weight)
+            nn.init.zeros_(self.input_capsule_bias)
+        elif self.capsule_input == "all":
+            # one (d x L*d) map F_l per input capsule, stored as the rows of one Linear
+            xavier_uniform_per_matrix_(self.input_capsules.weight.view(self.num_layers, self.embed_dim, -1))
+            nn.init.zeros_(self.input_capsules.bias)
+        else:
+            xavier_uniform_per_matrix_(self.input_capsule_weight)
+            nn.init.zeros_(self.input_capsule_bias)
+        # each W_{l->n} is a (d/N x d) block of the (L, d, d) vote tensor
+        votes = self.vote_weight.view(self.num_layers, self.output_capsules, self.capsule_dim, self.embed_dim)
+        xavier_uniform_per_matrix_(votes, gain=self.vote_gain())
+        if self.routing_init == "identity":
+            self.reset_to_identity()
+
+    @torch.no_grad()
+    def reset_to_identity(self) -> None:
+        """Input capsules and votes that carry the top layer H^L.
+
+        F_l(H^1..H^L) = (1 - delta) H^L + delta H^l with delta =
+        :data:`IDENTITY_LAYER_SHARE` (F_L = H^L), and W_l = g I (so each
+        W_{l->n} is the n-th block of rows of g I, g = :meth:`vote_gain`).
+        Every vote then equals H^L up to the delta share of its own layer:
+        a routed mean of the votes is H^L plus a small mix of the other
+        layers, and the votes disagree a little, which keeps EM routing's
+        variances above their floor (all votes equal would put every sigma^2
+        at the floor, where the E-step's gradients are 1/floor large).
+        """
+        num_layers, d = self.num_layers, self.embed_dim
+        eye = torch.eye(d, device=self.vote_weight.device, dtype=self.vote_weight.dtype)
+        weight = torch.zeros(num_layers, d, num_layers, d, device=eye.device, dtype=eye.dtype)
+        for layer in range(num_layers):
+            weight[layer, :, num_layers - 1] += (1.0 - IDENTITY_LAYER_SHARE) * eye
+            weight[layer, :, layer] += IDENTITY_LAYER_SHARE * eye
+        self.input_capsules.weight.copy_(weight.view(num_layers * d, num_layers * d))
+        nn.init.zeros_(self.input_capsules.bias)
+        self.vote_weight.copy_(self.vote_gain() * eye.expand(num_layers, d, d))
 
     def build_input_capsules(self, layers: Tensor) -> Tensor:
         """(T, B, L, d) layers -> (T, B, L, d) input capsules H^_l (Eq. 9)."""

@@ -4,6 +4,8 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 AGGREGATION_CHOICES = ("none", "linear", "dynamic", "dynamic-routing", "em-routing")
+ROUTING_CHOICES = ("dynamic-routing", "em-routing")
+ROUTING_INIT_CHOICES = ("random", "identity")
 CAPSULE_INPUT_CHOICES = ("all", "layer")
 LINEAR_WEIGHT_CHOICES = ("vector", "matrix")
 
@@ -32,6 +34,9 @@ class AggregationConfig:
         capsule_rank: 0 for the paper's F_l; r > 0 factorises the F_l of
             ``capsule_input='all'`` through a shared rank-r bottleneck.
         compile_routing: run the routing iterations through ``torch.compile``.
+        routing_init: ``random`` (every F_l and W_{l->n} Glorot-uniform by its own
+            fan-in and fan-out) or ``identity`` (input capsules and votes carry H^L,
+            so the routed output starts close to the top layer; routing only).
     """
 
     output_capsules: Optional[int] = None
@@ -42,6 +47,7 @@ class AggregationConfig:
     em_inverse_temperature: float = 1.0
     capsule_rank: int = 0
     compile_routing: bool = False
+    routing_init: str = "random"
 
     @classmethod
     def from_args(cls, args: Any) -> "AggregationConfig":
@@ -55,6 +61,7 @@ class AggregationConfig:
             em_inverse_temperature=getattr(args, "em_inverse_temperature", 1.0),
             capsule_rank=getattr(args, "capsule_rank", 0) or 0,
             compile_routing=bool(getattr(args, "compile_routing", False)),
+            routing_init=getattr(args, "routing_init", "random") or "random",
         )
 
     def num_output_capsules(self, embed_dim: int) -> int:
@@ -92,7 +99,7 @@ class AggregationConfig:
             raise AggregationConfigError(
                 f"--aggregation-ffn-dim: got {self.ffn_dim}; it must be a positive integer"
             )
-        if name in ("dynamic-routing", "em-routing"):
+        if name in ROUTING_CHOICES:
             n = self.num_output_capsules(embed_dim)
             if n < 1 or embed_dim % n != 0:
                 divisors = [k for k in range(1, embed_dim + 1) if embed_dim % k == 0]
@@ -118,6 +125,16 @@ class AggregationConfig:
                 raise AggregationConfigError(
                     "--capsule-rank factorises F_l(H^1..H^L) and needs --capsule-input all, "
                     f"not {self.capsule_input!r}"
+                )
+            if self.routing_init not in ROUTING_INIT_CHOICES:
+                raise AggregationConfigError(
+                    f"--routing-init: got {self.routing_init!r}; choose one of {', '.join(ROUTING_INIT_CHOICES)}"
+                )
+            if self.routing_init == "identity" and (self.capsule_input != "all" or self.capsule_rank > 0):
+                raise AggregationConfigError(
+                    "--routing-init identity needs the full input-capsule maps F_l(H^1..H^L) "
+                    "(--capsule-input all, --capsule-rank 0): F_l(H^l) cannot see H^L, and a rank-r "
+                    "bottleneck cannot carry it; use --routing-init random with these settings"
                 )
             if name == "em-routing" and not self.em_inverse_temperature > 0:
                 raise AggregationConfigError(

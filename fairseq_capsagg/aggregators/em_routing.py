@@ -47,17 +47,27 @@ class EMRouting(CapsuleRouting):
 
     def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
                  capsule_input: str = "all", capsule_rank: int = 0, compile_routing: bool = False,
-                 inverse_temperature: float = 1.0):
+                 routing_init: str = "random", inverse_temperature: float = 1.0):
         super().__init__(embed_dim, num_layers, output_capsules, routing_iters, capsule_input, capsule_rank,
-                         compile_routing)
+                         compile_routing, routing_init)
         self.inverse_temperature = inverse_temperature
         self.activation_weight = nn.Parameter(torch.empty(num_layers, embed_dim))
-        nn.init.normal_(self.activation_weight, std=embed_dim ** -0.5)
+        self.reset_input_activations()
         self.activation_bias = nn.Parameter(torch.zeros(num_layers))
         self.beta_a = nn.Parameter(torch.zeros(output_capsules))
         self.beta_mu = nn.Parameter(torch.zeros(output_capsules))
         self.input_activations: Tensor = torch.empty(0)
         self.output_activations: List[Tensor] = []
+
+    @torch.no_grad()
+    def reset_input_activations(self) -> None:
+        """W^H_l of Eq. 11: normal with std d^-1/2, or zero under ``routing_init='identity'``,
+        so that every input capsule starts equally active and the first M-step's mean is the
+        plain average of the votes."""
+        if self.routing_init == "identity":
+            nn.init.zeros_(self.activation_weight)
+        else:
+            nn.init.normal_(self.activation_weight, std=self.embed_dim ** -0.5)
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
         weight = self.activation_weight.float()

@@ -7,11 +7,14 @@ from ..aggregators import (
     AGGREGATION_CHOICES,
     CAPSULE_INPUT_CHOICES,
     LINEAR_WEIGHT_CHOICES,
+    ROUTING_INIT_CHOICES,
     AggregationConfig,
     AggregationConfigError,
     build_aggregator,
 )
 from .decoder import CapsAggTransformerDecoder
+
+SWITCH_CHOICES = ("on", "off")
 from .encoder import CapsAggTransformerEncoder
 
 
@@ -55,10 +58,21 @@ class CapsAggTransformerModel(TransformerModel):
         parser.add_argument("--compile-routing", action="store_true",
                             help="routing: fuse the T routing iterations (forward and backward) "
                                  "with torch.compile; same results, less time per update")
+        parser.add_argument("--routing-init", choices=ROUTING_INIT_CHOICES,
+                            help="routing: random (default; every F_l and W_l->n by its own fan-in/out) "
+                                 "or identity (input capsules and votes carry H^L, for warm starts)")
+        parser.add_argument("--aggregation-ramp-updates", type=int, metavar="K",
+                            help="start from H^L and ramp the aggregate in: H~ = (1 - a) H^L + a Omega, "
+                                 "a = t/K over the first K updates of the run (default 0: no ramp)")
+        parser.add_argument("--aggregation-layer-norm", choices=SWITCH_CHOICES,
+                            help="pre-norm sides: a LayerNorm on each aggregated layer before the "
+                                 "aggregator, as the raw residual streams grow with depth (default on; "
+                                 "post-norm layers are normalised already)")
 
     @classmethod
     def build_model(cls, args, task):
         capsagg_base_architecture(args)
+        validate_stack_flags(args)
         if args.encoder_layerdrop > 0 and args.encoder_aggregation != "none":
             raise AggregationConfigError(
                 "--encoder-layerdrop must be 0 with --encoder-aggregation "
@@ -82,8 +96,12 @@ class CapsAggTransformerModel(TransformerModel):
             args.decoder_aggregation, args.decoder_embed_dim, decoder_layers + extra, cfg, "decoder"
         )
         model = super().build_model(args, task)
-        model.encoder.set_aggregator(encoder_aggregator, args.aggregate_embedding)
-        model.decoder.set_aggregator(decoder_aggregator, args.aggregate_embedding)
+        for stack, aggregator in ((model.encoder, encoder_aggregator), (model.decoder, decoder_aggregator)):
+            aggregates = getattr(args, f"{stack.side}_aggregation") != "none"
+            pre_norm = getattr(args, f"{stack.side}_normalize_before")
+            stack.set_aggregator(aggregator, args.aggregate_embedding,
+                                 normalise_layers=args.aggregation_layer_norm == "on" and aggregates and pre_norm,
+                                 ramp_updates=args.aggregation_ramp_updates if aggregates else 0)
         return model
 
     @classmethod
@@ -110,4 +128,23 @@ def capsagg_base_architecture(args) -> None:
     args.em_inverse_temperature = getattr(args, "em_inverse_temperature", 1.0)
     args.capsule_rank = getattr(args, "capsule_rank", 0)
     args.compile_routing = getattr(args, "compile_routing", False)
+    args.routing_init = getattr(args, "routing_init", "random")
+    args.aggregation_ramp_updates = getattr(args, "aggregation_ramp_updates", 0)
+    args.aggregation_layer_norm = getattr(args, "aggregation_layer_norm", "on")
     base_architecture(args)
+
+
+def validate_stack_flags(args) -> None:
+    """Raises :class:`AggregationConfigError` for a ramp or per-layer norm that has nothing to act on."""
+    sides = [side for side in ("encoder", "decoder") if getattr(args, f"{side}_aggregation") != "none"]
+    ramp = args.aggregation_ramp_updates
+    if ramp is None or ramp < 0:
+        raise AggregationConfigError(
+            f"--aggregation-ramp-updates: got {ramp}; it must be an integer >= 0 (0: no ramp)")
+    if ramp > 0 and not sides:
+        raise AggregationConfigError(
+            f"--aggregation-ramp-updates {ramp}: neither side aggregates; set --encoder-aggregation or "
+            f"--decoder-aggregation to one of {', '.join(AGGREGATION_CHOICES[1:])}")
+    if args.aggregation_layer_norm not in SWITCH_CHOICES:
+        raise AggregationConfigError(
+            f"--aggregation-layer-norm: got {args.aggregation_layer_norm!r}; choose one of {', '.join(SWITCH_CHOICES)}")

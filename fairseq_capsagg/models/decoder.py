@@ -44,7 +44,7 @@ class CapsAggTransformerDecoder(AggregatingStack, TransformerDecoderBase):
             return x, extra
         tokens = prev_output_tokens if incremental_state is None else prev_output_tokens[:, -1:]
         # always passed (no host sync on .any() at every decoding step); an all-False mask is a no-op
-        x = self.aggregator(self.aggregated_layers(extra["inner_states"]), tokens.eq(self.padding_idx))
+        x = self.aggregate(extra["inner_states"], tokens.eq(self.padding_idx))
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         x = x.transpose(0, 1)

@@ -36,7 +36,7 @@ class CapsAggTransformerEncoder(AggregatingStack, TransformerEncoderBase):
         if not self.aggregates:
             return super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
         out = super().forward_scriptable(src_tokens, src_lengths, True, token_embeddings)
-        x = self.aggregator(self.aggregated_layers(out["encoder_states"]), out["encoder_padding_mask"][0])
+        x = self.aggregate(out["encoder_states"], out["encoder_padding_mask"][0])
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         out["encoder_out"] = [x]

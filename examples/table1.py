@@ -1,0 +1,282 @@
+#!/usr/bin/env python
+"""The paper's Table 1 on the bundled corpus, under both protocols, resumably.
+
+* From scratch: the Transformer and the four aggregators trained for the same number of updates
+  (the first two seeds of the baseline and of EM routing, so the noise is on the page).
+* The paper's protocol ("initialized by the pre-trained model"): every aggregator warm-started
+  from the same trained baseline (``--routing-init identity`` for the routing families, the
+  output ramped in over ``--ramp-updates``) and trained ``--warm-updates`` more updates, against
+  the baseline trained the same number of updates more (fresh optimizer and warm-up for every row).
+
+    python examples/table1.py                         # every row, ~4 h on 2 CPU cores
+    python examples/table1.py --rows scratch-baseline-s1,warm-baseline    # some rows only
+    python examples/table1.py --report-only --publish docs/results        # tables of the rows done
+
+Every row trains in its own directory and saves every ``--save-interval`` updates, so an
+interrupted run resumes where it stopped; finished rows are skipped. The tables list every row,
+the ones not trained yet as pending.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Dict, List, Tuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from main_job import LABELS, ConfigMismatch, Stages, check_workdir, prepare_data, step0_losses  # noqa: E402
+from pipeline import corpus as corpus_mod  # noqa: E402
+from pipeline import fairseq_runs  # noqa: E402
+from fairseq_capsagg import evaluation  # noqa: E402
+from fairseq_capsagg.evaluation import significance_mark  # noqa: E402
+from pipeline.report import format_step0  # noqa: E402
+
+ROUTING_SYSTEMS = ("dynrouting", "emrouting")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One trained model of the table."""
+
+    name: str
+    system: str
+    protocol: str  # "scratch" or "warm"
+    seed: int
+    reference: str  # the row it is compared with
+    flags: Tuple[str, ...] = ()  # model flags of this row only (an ablation)
+
+
+def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
+    """Every row, in the order they are trained: the baseline and the warm-start protocol first."""
+    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+            Row("warm-baseline", "baseline", "warm", 1, "warm-baseline")]
+    aggregators = [s for s in systems if s != "baseline"]
+    order = sorted(aggregators, key=lambda s: (s != "emrouting", s not in ROUTING_SYSTEMS))
+    for system in order:
+        rows.append(Row(f"warm-{system}", system, "warm", 1, "warm-baseline"))
+        rows.append(Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1"))
+    for system in second_seed:
+        rows.append(Row(f"scratch-{system}-s2", system, "scratch", 2, "scratch-baseline-s1"))
+    if "emrouting" in aggregators:
+        # the measurement behind the default --aggregation-layer-norm on (pre-norm shapes)
+        rows.append(Row("scratch-emrouting-rawlayers-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--aggregation-layer-norm", "off")))
+    return rows
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", type=Path, default=Path("runs/table1"))
+    p.add_argument("--systems", default=",".join(fairseq_runs.SYSTEMS),
+                   help=f"comma-separated, from {','.join(fairseq_runs.SYSTEMS)}")
+    p.add_argument("--second-seed", default="baseline,emrouting",
+                   help="systems also trained from scratch with seed 2 ('' for none)")
+    p.add_argument("--rows", default="", help="train only these rows (comma-separated names); default all")
+    p.add_argument("--shape", choices=("small", "base", "big"), default="small")
+    p.add_argument("--vocab-size", type=int, default=8000)
+    p.add_argument("--max-train-tokens", type=int, default=64)
+    p.add_argument("--max-update", type=int, default=900, help="updates of every from-scratch row")
+    p.add_argument("--warm-updates", type=int, default=600, help="K: updates of every warm-start row")
+    p.add_argument("--ramp-updates", type=int, default=200,
+                   help="--aggregation-ramp-updates of the warm-started aggregators")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
+    p.add_argument("--model-args", default="", help="extra fairseq-train flags of every aggregator row")
+    p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
+    p.add_argument("--publish", type=Path, default=None,
+                   help="also write the tables as DIR/table1-{cpu,gpu}.{md,json}")
+    p.add_argument("--gpu", action="store_true")
+    p.add_argument("--quick", action="store_true", help="minutes: 3000 pairs, 60 test, 30 updates, 1k vocabulary")
+    args = p.parse_args(argv)
+    for key in ("systems", "second_seed", "rows"):
+        setattr(args, key, [s.strip() for s in getattr(args, key).split(",") if s.strip()])
+    bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.SYSTEMS]
+    if bad or "baseline" not in args.systems:
+        p.error(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
+                f"{', '.join(fairseq_runs.SYSTEMS)} (baseline is required)")
+    names = [row.name for row in table_rows(args.systems, args.second_seed)]
+    unknown = [r for r in args.rows if r not in names]
+    if unknown:
+        p.error(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
+    if args.warm_updates < 1 or args.max_update < 1 or args.ramp_updates < 0:
+        p.error("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
+    if args.quick:
+        args.vocab_size, args.max_update, args.warm_updates, args.warmup = 1000, 30, 20, 10
+        args.ramp_updates = min(args.ramp_updates, 10)
+        args.max_tokens = min(args.max_tokens, 2048)
+    return args
+
+
+def config_of(args: argparse.Namespace) -> Dict[str, object]:
+    keys = ["shape", "vocab_size", "max_train_tokens", "max_update", "warm_updates", "ramp_updates",
+            "max_tokens", "lr", "warmup", "beam", "quick", "model_args"]
+    return {k: getattr(args, k) for k in keys}
+
+
+def row_flags(row: Row, args: argparse.Namespace, baseline_checkpoint: Path) -> List[str]:
+    flags: List[str] = []
+    if row.protocol == "warm":
+        flags += ["--finetune-from-model", str(baseline_checkpoint)]
+        if row.system != "baseline":
+            flags += ["--aggregation-ramp-updates", str(args.ramp_updates)]
+        if row.system in ROUTING_SYSTEMS:
+            flags += ["--routing-init", "identity"]
+    if row.system != "baseline":
+        flags += args.model_args.split()
+    return flags + list(row.flags)
+
+
+def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp: Dict[str, object]):
+    work = args.workdir
+    save_dir = work / "checkpoints" / row.name
+    log = work / "logs" / f"train-{row.name}.log"
+    max_update = args.max_update if row.protocol == "scratch" else args.warm_updates
+    baseline = work / "checkpoints" / "scratch-baseline-s1" / "checkpoint_last.pt"
+
+    def run():
+        fairseq_runs.train(data_bin, save_dir, row.system, args.shape, max_update, dict(hp, seed=row.seed), log,
+                           extra=row_flags(row, args, baseline))
+        summary = fairseq_runs.train_summary(log)
+        return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
+                "target_tokens_per_s": summary["wps"], "train_seconds": summary["train_wall"],
+                "grad_norm": summary["gnorm"], "clip_percent": summary["clip"],
+                "load_average": os.getloadavg()[2]}
+
+    return stages.run(f"train {row.name}", run, save_dir / "checkpoint_last.pt")
+
+
+def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test):
+    from pipeline import report
+
+    work = args.workdir
+    hyp_file = work / "translations" / f"{row.name}.txt"
+    hyp_file.parent.mkdir(parents=True, exist_ok=True)
+    checkpoint = work / "checkpoints" / row.name / "checkpoint_last.pt"
+
+    def translate():
+        speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.log", hp)
+        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
+        return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
+                **evaluation.corpus_scores(hyps, raw_refs), "params": report.count_checkpoint_parameters(checkpoint)}
+
+    return stages.run(f"translate and score {row.name}", translate, hyp_file)
+
+
+def compare(rows: List[Row], results: Dict[str, Dict[str, object]], work: Path, raw_refs, num_test) -> None:
+    """Adds delta BLEU, paired bootstrap p and the sign test against each row's reference."""
+    hyps = {name: evaluation.align_hypotheses(
+        evaluation.read_generate_output(work / "translations" / f"{name}.txt"), num_test)[0] for name in results}
+    for row in rows:
+        if row.name not in results or row.reference not in results or row.name == row.reference:
+            continue
+        ref, res = results[row.reference], results[row.name]
+        boot = evaluation.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
+        sign = evaluation.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
+        res.update(delta_bleu=round(res["bleu"] - ref["bleu"], 2), bootstrap_p=boot, sign_p=sign["p_value"],
+                   sign_better=sign["better"], sign_worse=sign["worse"],
+                   delta_params=res["params"] - ref["params"])
+
+
+def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str) -> str:
+    header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped "
+              "| BLEU | Δ BLEU | chrF | bootstrap p | sign test p (better/worse) |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
+              "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)"}
+    out = [caption, ""]
+    for protocol in ("scratch", "warm"):
+        out += [f"### {titles[protocol]}", "", header]
+        for row in (r for r in rows if r.protocol == protocol):
+            label = LABELS[row.system] + (f" ({' '.join(row.flags)})" if row.flags else "")
+            res = results.get(row.name)
+            if res is None:
+                out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |")
+                continue
+            params = (f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res
+                      else f"+{res['delta_params'] / 1e6:.2f}M")
+            mark = significance_mark(res["bootstrap_p"]) if "bootstrap_p" in res else ""
+            delta = f"{res['delta_bleu']:+.2f}" if "delta_bleu" in res else "–"
+            boot = f"{res['bootstrap_p']:.3f}" if "bootstrap_p" in res else "–"
+            sign = (f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–")
+            out.append(f"| {row.name} | {label} | {row.seed} | {res['updates']} | {params} "
+                       f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
+                       f"| {res['clip_percent']:.0f}% | {res['bleu']:.2f}{mark} | {delta} | {res['chrf']:.2f} "
+                       f"| {boot} | {sign} |")
+        out.append("")
+    out.append("BLEU and chrF: sacrebleu on detokenised output of the test split. † p < 0.01, * p < 0.05 "
+               "(paired bootstrap, 1000 resamples, against the row named in the title). Sign test: two-sided "
+               "binomial over sentences whose sentence-BLEU differs. Grad norm: fairseq's mean gradient norm "
+               "before clipping (--clip-norm 1.0); clipped: share of updates clipped. updates/s is wall-clock "
+               "on this machine; `load_average` in the JSON says whether the CPU was shared while a row trained.")
+    return "\n".join(out) + "\n"
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    work = args.workdir
+    try:
+        check_workdir(work, config_of(args))
+    except ConfigMismatch as e:
+        print(f"table1: error: {e}", file=sys.stderr)
+        return 2
+    stages = Stages(work)
+    corpus_dir = work / "corpus"
+    try:
+        stages.run("corpus", lambda: corpus_mod.check_corpus_dir(
+            corpus_mod.unpack_tarball(corpus_mod.DEFAULT_TARBALL, corpus_dir)),
+            *[corpus_dir / f"{s}.{l}" for s in corpus_mod.SPLITS for l in corpus_mod.LANGS])
+    except corpus_mod.CorpusError as e:
+        print(f"table1: error: {e}", file=sys.stderr)
+        return 2
+    args.corpus = None
+    limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
+    data_bin = prepare_data(args, corpus_dir, stages, limits)
+    hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "beam": args.beam,
+          "decode_batch": 32, "log_interval": 10 if args.quick else 50, "save_interval_updates": args.save_interval,
+          "device_flags": [] if args.gpu else ["--cpu"]}
+    num_test = corpus_mod.count_lines(work / "spm" / "test.de")
+    raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
+
+    rows = table_rows(args.systems, args.second_seed)
+    results: Dict[str, Dict[str, object]] = {}
+    for row in rows:
+        done = f"translate and score {row.name}" in stages.done
+        if not args.report_only and (not args.rows or row.name in args.rows) and not done:
+            stages.done[f"train {row.name}"] = train_row(row, args, data_bin, stages, hp)
+        if f"train {row.name}" in stages.done:
+            results[row.name] = {**stages.done[f"train {row.name}"],
+                                 **score_row(row, args, data_bin, stages, hp, raw_refs, num_test),
+                                 **asdict(row),
+                                 "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
+    compare(rows, results, work, raw_refs, num_test)
+    step0 = None
+    if "scratch-baseline-s1" in results:
+        step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
+            results["scratch-baseline-s1"]["checkpoint"], data_bin, args.shape))
+    device = "GPU" if args.gpu else "CPU"
+    caption = (f"Test split of the bundled debian-ende corpus ({num_test} sentences"
+               f"{', --quick subset' if args.quick else ''}); shape {args.shape}; from scratch {args.max_update} "
+               f"updates, warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); <= "
+               f"{args.max_tokens} tokens per update; lr {args.lr}, warm-up {args.warmup}; {device}; beam {args.beam}.")
+    table = format_tables(rows, results, caption) + ("\n" + format_step0(step0) if step0 else "")
+    payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
+               "results": results, "warm_start_step0": step0}
+    (work / "table1.md").write_text(table)
+    (work / "table1.json").write_text(json.dumps(payload, indent=2))
+    if args.publish is not None:
+        args.publish.mkdir(parents=True, exist_ok=True)
+        for ext in ("md", "json"):
+            shutil.copy2(work / f"table1.{ext}", args.publish / f"table1-{device.lower()}.{ext}")
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

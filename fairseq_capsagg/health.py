@@ -1,0 +1,157 @@
+"""Initialisation health of every architecture, on a real batch, before any training.
+
+    capsagg-health --data DATA-BIN                         # every family at every shape
+    capsagg-health --data DATA-BIN --shapes small --model-args "--routing-init identity"
+
+For each architecture the model is built at its defaults with the Transformer weights of the
+vanilla model of the same shape and seed (the aggregators freshly initialised), and one batch of
+the ``valid`` split goes forward and backward (dropout off). Reported per architecture:
+
+* ``aggregate_std`` and ``normalised_std``: the std of each side's output before and after its
+  final LayerNorm (post-norm sides have none: the aggregate is the output), and ``eps_share``,
+  eps / (var + eps) of that LayerNorm's denominator: near 1, the aggregate is swamped by eps
+  and the side's output is nearly constant;
+* ``layer_grad_ratio``: the gradient norm that reaches the Transformer layers (every parameter
+  of ``encoder.layers`` and ``decoder.layers``) divided by the vanilla model's on the same batch;
+* ``aggregator_grad_share``: the aggregation modules' share of the squared gradient norm of the
+  whole model, and ``grad_norm``, the whole model's gradient norm (``--clip-norm`` clips above it);
+* ``loss``: label-smoothed cross-entropy per target token in bits (ln |V| / ln 2 is uniform).
+"""
+
+import argparse
+import json
+import math
+from typing import Dict, Iterable, List, Optional, Sequence
+
+import torch
+from fairseq import options, tasks, utils
+
+from . import USER_DIR
+from .models import FAMILIES, SHAPES, CapsAggTransformerModel
+from .models.aggregating_stack import AGGREGATION_MODULES
+
+
+
+def parse_model_args(arch: str, data: str, extra: Sequence[str] = (), vanilla: bool = False) -> argparse.Namespace:
+    """The training arguments of ``arch``; with ``vanilla``, of the same shape with both sides
+    unaggregated (and so without a ramp or per-layer norms)."""
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, [
+        data, "--task", "translation", "--user-dir", USER_DIR, "--arch", arch,
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", *extra])
+    if vanilla:
+        args.encoder_aggregation = args.decoder_aggregation = "none"
+        args.aggregation_ramp_updates, args.aggregation_layer_norm = 0, "off"
+    return args
+
+
+def first_batch(task, args: argparse.Namespace, max_tokens: int) -> Dict:
+    task.load_dataset("valid")
+    iterator = task.get_batch_iterator(dataset=task.dataset("valid"), max_tokens=max_tokens,
+                                       ignore_invalid_inputs=True, seed=1)
+    return next(iter(iterator.next_epoch_itr(shuffle=False)))
+
+
+def _norm(grads: Iterable[torch.Tensor]) -> float:
+    return math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+
+
+def forward_backward(model, criterion, sample) -> Dict[str, object]:
+    """One forward and backward pass; returns the output statistics and gradient norms."""
+    outputs: Dict[str, Dict[str, float]] = {}
+    hooks = []
+
+    def watch(side: str, stack) -> None:
+        norm = stack.layer_norm
+
+        def after_norm(module, inputs, output):
+            aggregate = inputs[0].detach().float()
+            var = aggregate.var(dim=-1, unbiased=False).mean()
+            outputs[side] = {"aggregate_std": float(aggregate.std()),
+                             "normalised_std": float(output.float().std()),
+                             "eps_share": float(module.eps / (var + module.eps))}
+
+        def without_norm(module, inputs, output):
+            outputs[side] = {"aggregate_std": float(output.float().std()), "normalised_std": float("nan"),
+                             "eps_share": float("nan")}
+
+        if norm is not None:
+            hooks.append(norm.register_forward_hook(after_norm))
+        elif stack.aggregates:
+            hooks.append(stack.aggregator.register_forward_hook(without_norm))
+
+    watch("encoder", model.encoder)
+    watch("decoder", model.decoder)
+    model.eval()
+    model.zero_grad()
+    loss, sample_size, _ = criterion(model, sample)
+    (loss / sample_size).backward()
+    for hook in hooks:
+        hook.remove()
+    named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
+    layers = [g for name, g in named if name.split(".")[1:2] == ["layers"]]
+    aggregation = [g for name, g in named if name.split(".")[1:2][0] in AGGREGATION_MODULES]
+    total = _norm(g for _, g in named)
+    return {"loss": float(loss) / sample_size / math.log(2), "outputs": outputs, "grad_norm": total,
+            "layer_grad_norm": _norm(layers),
+            "aggregator_grad_share": (_norm(aggregation) / total) ** 2 if total else 0.0}
+
+
+def health_report(archs: List[str], data: str, extra: Sequence[str] = (), seed: int = 1,
+                  max_tokens: int = 2048) -> Dict[str, Dict[str, object]]:
+    """The report of every architecture in ``archs`` (and of its vanilla counterpart)."""
+    report: Dict[str, Dict[str, object]] = {}
+    task = sample = criterion = None
+    vanilla: Dict[str, Dict[str, object]] = {}
+    for arch in archs:
+        args = parse_model_args(arch, data, extra)
+        if task is None:
+            task = tasks.setup_task(args)
+            criterion = task.build_criterion(args)
+            sample = first_batch(task, args, max_tokens)
+        torch.manual_seed(seed)
+        base_args = parse_model_args(arch, data, extra, vanilla=True)
+        base_key = json.dumps({k: v for k, v in sorted(vars(base_args).items()) if k != "arch"}, default=str)
+        base_model = CapsAggTransformerModel.build_model(base_args, task)
+        if base_key not in vanilla:
+            vanilla[base_key] = forward_backward(base_model, criterion, sample)
+        torch.manual_seed(seed)
+        model = CapsAggTransformerModel.build_model(args, task)
+        model.load_state_dict(base_model.state_dict(), strict=True)  # fills the aggregation modules' keys
+        result = forward_backward(model, criterion, sample)
+        result["layer_grad_ratio"] = result["layer_grad_norm"] / vanilla[base_key]["layer_grad_norm"]
+        result["vanilla_loss"] = vanilla[base_key]["loss"]
+        report[arch] = result
+    return report
+
+
+def format_report(report: Dict[str, Dict[str, object]]) -> str:
+    lines = ["| architecture | loss (bits) | side | aggregate std | after LayerNorm | eps share "
+             "| layer grad / vanilla | aggregator grad share | grad norm |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+    for arch, r in report.items():
+        for side, out in r["outputs"].items():
+            lines.append(f"| {arch} | {r['loss']:.3f} (vanilla {r['vanilla_loss']:.3f}) | {side} "
+                         f"| {out['aggregate_std']:.3g} | {out['normalised_std']:.3g} | {out['eps_share']:.2g} "
+                         f"| {r['layer_grad_ratio']:.2f} | {r['aggregator_grad_share']:.2f} | {r['grad_norm']:.2f} |")
+    return "\n".join(lines)
+
+
+def cli_main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", required=True, help="a fairseq data-bin with a valid split")
+    parser.add_argument("--shapes", nargs="+", choices=tuple(SHAPES), default=list(SHAPES))
+    parser.add_argument("--families", nargs="+", choices=tuple(FAMILIES), default=list(FAMILIES))
+    parser.add_argument("--model-args", default="", help="extra model flags for every architecture")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    args = parser.parse_args(argv)
+    archs = [f"transformer_{family}_{shape}" for shape in args.shapes for family in args.families]
+    report = health_report(archs, args.data, args.model_args.split(), args.seed, args.max_tokens)
+    print(json.dumps(report, indent=2) if args.json else format_report(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli_main())

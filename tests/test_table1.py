@@ -1,0 +1,55 @@
+"""The Table 1 command (--quick): both protocols, pending rows, step-0 losses, resumability."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+TABLE1 = ROOT / "examples" / "table1.py"
+ROWS = "scratch-baseline-s1,warm-baseline,warm-emrouting"
+
+
+def table1(*args):
+    result = subprocess.run([sys.executable, str(TABLE1), *args], capture_output=True, text=True, timeout=900)
+    if result.returncode != 0:
+        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
+    return result
+
+
+@pytest.fixture(scope="module")
+def quick_table(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("table1")
+    table1("--quick", "--workdir", str(workdir), "--rows", ROWS)
+    return workdir
+
+
+def test_rows_are_compared_within_their_protocol(quick_table):
+    payload = json.loads((quick_table / "table1.json").read_text())
+    results = payload["results"]
+    assert set(results) == set(ROWS.split(","))
+    assert results["scratch-baseline-s1"]["updates"] == 30 and results["warm-baseline"]["updates"] == 20
+    em = results["warm-emrouting"]
+    assert em["updates"] == 20 and em["reference"] == "warm-baseline"
+    assert em["delta_bleu"] == pytest.approx(em["bleu"] - results["warm-baseline"]["bleu"], abs=0.01)
+    assert 0 <= em["bootstrap_p"] <= 1 and 0 <= em["sign_p"] <= 1 and em["delta_params"] > 0
+    for row in results.values():
+        assert row["grad_norm"] > 0 and 0 <= row["clip_percent"] <= 100 and row["updates_per_s"] > 0
+    table = (quick_table / "table1.md").read_text()
+    assert "| scratch-emrouting-s1 | + EM Routing | 1 | pending |" in table
+    assert "| scratch-emrouting-rawlayers-s1 | + EM Routing (--aggregation-layer-norm off) | 1 | pending |" in table
+    assert "| warm-emrouting | + EM Routing | 1 | 20 |" in table
+
+
+def test_warm_started_routing_begins_at_the_baselines_loss(quick_table):
+    step0 = json.loads((quick_table / "table1.json").read_text())["warm_start_step0"]
+    for arch in ("transformer_emrouting_small", "transformer_dynrouting_small"):
+        assert step0[f"{arch} (identity + ramp)"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
+
+
+def test_finished_rows_are_not_trained_again(quick_table, tmp_path):
+    result = table1("--quick", "--workdir", str(quick_table), "--rows", ROWS, "--publish", str(tmp_path))
+    assert "[main-job] train warm-emrouting ..." not in result.stdout
+    assert (tmp_path / "table1-cpu.md").read_text() == (quick_table / "table1.md").read_text()
