@@ -8,7 +8,8 @@ vanilla model of the same shape and seed (the aggregators freshly initialised), 
 the ``valid`` split goes forward and backward (dropout off). Reported per architecture:
 
 * ``aggregate_std`` and ``normalised_std``: the std of each side's output before and after its
-  final LayerNorm (post-norm sides have none: the aggregate is the output), and ``eps_share``,
+  final LayerNorm (post-norm sides: the LayerNorm of a routed aggregate; linear and dynamic
+  combination have none there, and their aggregate is the output), and ``eps_share``,
   eps / (var + eps) of that LayerNorm's denominator: near 1, the aggregate is swamped by eps
   and the side's output is nearly constant;
 * ``layer_grad_ratio``: the gradient norm that reaches the Transformer layers (every parameter
@@ -62,7 +63,8 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
     hooks = []
 
     def watch(side: str, stack) -> None:
-        norm = stack.layer_norm
+        # pre-norm: the final LayerNorm; post-norm: the routed aggregate's LayerNorm, if any
+        norm = stack.layer_norm if stack.layer_norm is not None else stack.aggregate_norm
 
         def after_norm(module, inputs, output):
             aggregate = inputs[0].detach().float()

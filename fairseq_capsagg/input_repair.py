@@ -7,7 +7,9 @@ cannot read as it is (``capsagg-translate``, the hub helper and the guard for
 * bytes that are not UTF-8 are replaced by U+FFFD (and so are lone
   surrogates, which Python makes of such bytes under ``surrogateescape``);
 * control characters other than tab are removed;
-* runs of whitespace become one space, and the ends are stripped;
+* runs of whitespace become one space, and the ends are stripped (for
+  ``fairseq-interactive``, within each tab-separated field, so that
+  ``--constraints`` keeps its fields);
 * a source longer than the model's positions keeps its first tokens and EOS.
 
 Each repair is reported as a short note, so that the caller can give one
@@ -23,6 +25,7 @@ from torch import Tensor
 INVALID_UTF8 = "invalid UTF-8 bytes replaced by U+FFFD"
 CONTROL_CHARACTERS = "control characters removed"
 EMPTY = "empty input, nothing to translate"
+EMPTY_FIELDS = "empty tab-separated fields removed"
 
 
 def decode_line(raw: Union[bytes, str]) -> Tuple[str, List[str]]:
@@ -36,13 +39,25 @@ def decode_line(raw: Union[bytes, str]) -> Tuple[str, List[str]]:
     return text.rstrip("\r\n"), [INVALID_UTF8] if replaced else []
 
 
-def repair_line(raw: Union[bytes, str]) -> Tuple[str, List[str]]:
-    """:func:`decode_line`, then control characters removed and whitespace collapsed."""
+def repair_line(raw: Union[bytes, str], keep_fields: bool = False) -> Tuple[str, List[str]]:
+    """:func:`decode_line`, then control characters removed and whitespace collapsed.
+
+    With ``keep_fields`` the line is a tab-separated source and its fields (the
+    constraints of ``fairseq-interactive --constraints``): each field is repaired
+    on its own, the tabs between them are kept, and empty fields after the
+    source are dropped (an empty constraint would stop the search).
+    """
     text, notes = decode_line(raw)
     cleaned = "".join(ch for ch in text if ch == "\t" or unicodedata.category(ch) != "Cc")
     if cleaned != text:
         notes.append(CONTROL_CHARACTERS)
-    return " ".join(cleaned.split()), notes
+    if not keep_fields:
+        return " ".join(cleaned.split()), notes
+    source, *fields = [" ".join(field.split()) for field in cleaned.split("\t")]
+    kept = [field for field in fields if field]
+    if len(kept) < len(fields) and (source or kept):
+        notes.append(EMPTY_FIELDS)
+    return "\t".join([source, *kept]), notes
 
 
 def truncate_tokens(tokens: Tensor, limit: int) -> Tuple[Tensor, List[str]]:

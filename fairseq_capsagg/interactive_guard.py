@@ -9,7 +9,9 @@ own functions are wrapped:
 
 * ``buffered_read`` reads raw bytes and repairs each line with
   :func:`fairseq_capsagg.input_repair.repair_line` (U+FFFD for invalid UTF-8,
-  control characters removed), logging one warning for each repaired or empty line;
+  control characters removed, each tab-separated field on its own so that
+  ``--constraints`` reads the same fields as without the plugin), logging one
+  warning for each repaired or empty line;
 * ``make_batches`` truncates a line's source tokens to the model's maximum
   source positions (keeping EOS) and logs one warning for it.
 
@@ -43,7 +45,7 @@ class InteractiveGuard:
             for raw_lines in read_batches(source, buffer_size):
                 buffer = []
                 for line_id, raw in enumerate(raw_lines, self.first_id):
-                    text, notes = repair_line(raw)
+                    text, notes = repair_line(raw, keep_fields=True)  # tabs separate --constraints
                     if not text:
                         notes.append("empty input (fairseq translates it as an empty sentence)")
                     if notes:

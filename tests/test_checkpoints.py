@@ -113,3 +113,24 @@ def test_ramp_state_travels_with_checkpoints(tiny_data_bin, tmp_path):
     state = checkpoint_utils.load_checkpoint_to_cpu(str(tmp_path / "checkpoint_last.pt"))
     assert state["optimizer_history"][-1]["num_updates"] == 6
     assert int(state["model"][key]) == 5 and int(state["model"][key.replace("encoder", "decoder")]) == 5
+
+
+def test_interactive_constraints_keep_their_tab_separated_fields(vanilla_checkpoint, tiny_data_bin):
+    """With the plugin loaded, fairseq-interactive --constraints still reads the constraints."""
+    words = [line.split()[0] for line in (tiny_data_bin / "dict.de.txt").read_text().splitlines()[40:43]]
+    source = "the file is open"
+    lines = [f"{source}\t{words[0]}", f"  {source} \t {words[1]} \t\t{words[2]} ", source]
+    result = run_tool(
+        "fairseq-interactive", str(tiny_data_bin), "--path", str(vanilla_checkpoint), "--user-dir", USER_DIR,
+        "--source-lang", "en", "--target-lang", "de", "--constraints", "--beam", "4", "--cpu",
+        stdin="\n".join(lines) + "\n")
+    out = result.stdout.splitlines()
+    assert [line for line in out if line.startswith("C-")] == [
+        f"C-0\t{words[0]}", f"C-1\t{words[1]}", f"C-1\t{words[2]}"]
+    sources = [line.split("\t", 1)[1] for line in out if line.startswith("S-")]
+    assert sources == [source, source, source]
+    hypotheses = {line.split("\t")[0]: line.split("\t")[2].split() for line in out if line.startswith("H-")}
+    assert words[0] in hypotheses["H-0"] and {words[1], words[2]} <= set(hypotheses["H-1"])
+    assert "H-2" in hypotheses
+    # the one line with empty fields is named once
+    assert len(re.findall(r"input line 2 \(H-1\): empty tab-separated fields removed", result.stderr)) == 1

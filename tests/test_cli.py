@@ -80,7 +80,7 @@ def test_unknown_aggregation_is_refused_by_the_parser(tiny_data_bin, tmp_path):
 
 
 @pytest.mark.parametrize("flags,message", [
-    (["--routing-init", "zeros"], "argument --routing-init: invalid choice: 'zeros' (choose from random, identity)"),
+    (["--routing-init", "zeros"], "argument --routing-init: invalid choice: 'zeros' (choose from 'random', 'identity')"),
     (["--aggregation-ramp-updates", "-1"],
      "fairseq-train: error: --aggregation-ramp-updates: got -1; it must be an integer >= 0 (0: no ramp)"),
 ])

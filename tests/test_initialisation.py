@@ -64,7 +64,7 @@ def test_every_stacked_matrix_has_its_own_fan_in_and_fan_out(d, routing, capsule
 
 
 def test_dynamic_routing_vote_gain_lifts_scalar_capsules_only():
-    assert DynamicRouting(128, 6, 128, 3).vote_gain() == pytest.approx((128 / 6) ** (1 / 3))
+    assert DynamicRouting(128, 6, 128, 3).vote_gain() == pytest.approx((128 / 6) ** 0.4)
     assert DynamicRouting(128, 6, 4, 3).vote_gain() == 1.0
     assert EMRouting(128, 6, 128, 3).vote_gain() == 1.0
 
@@ -186,8 +186,14 @@ def test_checkpoint_trained_without_layer_norms_loads_without_them(family):
         torch.testing.assert_close(new(src, lengths, prev)[0], old(src, lengths, prev)[0], rtol=0, atol=0)
 
 
-def test_layer_norms_only_on_pre_norm_sides_that_aggregate():
+def test_layer_norms_where_the_side_aggregates():
     pre, _ = build_tiny_model("transformer_emrouting_small", ["--decoder-aggregation", "none"])
     assert len(pre.encoder.layer_norms) == 3 and pre.decoder.layer_norms is None
     post, _ = build_tiny_model("transformer_emrouting_base")
     assert post.encoder.layer_norms is None and post.decoder.layer_norms is None
+    # post-norm: one LayerNorm on the routed aggregate instead; none after linear combination
+    assert post.encoder.aggregate_norm is not None and post.decoder.aggregate_norm is not None
+    linear, _ = build_tiny_model("transformer_linagg_base")
+    assert linear.encoder.aggregate_norm is None and linear.encoder.layer_norms is None
+    off, _ = build_tiny_model("transformer_emrouting_base", ["--aggregation-layer-norm", "off"])
+    assert off.encoder.aggregate_norm is None

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_capsagg.input_repair import CONTROL_CHARACTERS, INVALID_UTF8, decode_line, repair_line
+from fairseq_capsagg.input_repair import CONTROL_CHARACTERS, EMPTY_FIELDS, INVALID_UTF8, decode_line, repair_line
 
 
 @pytest.mark.parametrize("raw, text, notes", [
@@ -20,6 +20,18 @@ from fairseq_capsagg.input_repair import CONTROL_CHARACTERS, INVALID_UTF8, decod
 ])
 def test_repair_line(raw, text, notes):
     assert repair_line(raw) == (text, notes)
+
+
+@pytest.mark.parametrize("raw, text, notes", [
+    (b"Open the file.\tDatei\n", "Open the file.\tDatei", []),
+    (b"  Open  the file \t  neue  Datei \tFenster ", "Open the file\tneue Datei\tFenster", []),
+    (b"Open\x01 it\tDa\x07tei", "Open it\tDatei", [CONTROL_CHARACTERS]),
+    (b"Open it\t\t \tDatei\t", "Open it\tDatei", [EMPTY_FIELDS]),
+    (b" \t \t", "", []),
+])
+def test_repair_keeps_tab_separated_fields(raw, text, notes):
+    """fairseq-interactive --constraints reads constraints from tab-separated fields."""
+    assert repair_line(raw, keep_fields=True) == (text, notes)
 
 
 def test_decode_keeps_what_it_does_not_need_to_repair():

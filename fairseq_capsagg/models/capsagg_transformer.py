@@ -7,6 +7,7 @@ from ..aggregators import (
     AGGREGATION_CHOICES,
     CAPSULE_INPUT_CHOICES,
     LINEAR_WEIGHT_CHOICES,
+    ROUTING_CHOICES,
     ROUTING_INIT_CHOICES,
     AggregationConfig,
     AggregationConfigError,
@@ -66,8 +67,8 @@ class CapsAggTransformerModel(TransformerModel):
                                  "a = t/K over the first K updates of the run (default 0: no ramp)")
         parser.add_argument("--aggregation-layer-norm", choices=SWITCH_CHOICES,
                             help="pre-norm sides: a LayerNorm on each aggregated layer before the "
-                                 "aggregator, as the raw residual streams grow with depth (default on; "
-                                 "post-norm layers are normalised already)")
+                                 "aggregator, as the raw residual streams grow with depth; post-norm "
+                                 "sides: a LayerNorm on a routed aggregate (default on)")
 
     @classmethod
     def build_model(cls, args, task):
@@ -99,8 +100,10 @@ class CapsAggTransformerModel(TransformerModel):
         for stack, aggregator in ((model.encoder, encoder_aggregator), (model.decoder, decoder_aggregator)):
             aggregates = getattr(args, f"{stack.side}_aggregation") != "none"
             pre_norm = getattr(args, f"{stack.side}_normalize_before")
-            stack.set_aggregator(aggregator, args.aggregate_embedding,
-                                 normalise_layers=args.aggregation_layer_norm == "on" and aggregates and pre_norm,
+            normalise = args.aggregation_layer_norm == "on" and aggregates
+            routed = getattr(args, f"{stack.side}_aggregation") in ROUTING_CHOICES
+            stack.set_aggregator(aggregator, args.aggregate_embedding, normalise_layers=normalise and pre_norm,
+                                 normalise_aggregate=normalise and routed and not pre_norm,
                                  ramp_updates=args.aggregation_ramp_updates if aggregates else 0)
         return model
 
