@@ -46,7 +46,7 @@ def parse_model_args(arch: str, data: str, extra: Sequence[str] = (), vanilla: b
     return args
 
 
-def first_batch(task, args: argparse.Namespace, max_tokens: int) -> Dict:
+def first_batch(task, max_tokens: int) -> Dict:
     task.load_dataset("valid")
     iterator = task.get_batch_iterator(dataset=task.dataset("valid"), max_tokens=max_tokens,
                                        ignore_invalid_inputs=True, seed=1)
@@ -110,7 +110,7 @@ def health_report(archs: List[str], data: str, extra: Sequence[str] = (), seed: 
         if task is None:
             task = tasks.setup_task(args)
             criterion = task.build_criterion(args)
-            sample = first_batch(task, args, max_tokens)
+            sample = first_batch(task, max_tokens)
         torch.manual_seed(seed)
         base_args = parse_model_args(arch, data, extra, vanilla=True)
         base_key = json.dumps({k: v for k, v in sorted(vars(base_args).items()) if k != "arch"}, default=str)
