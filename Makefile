@@ -1,4 +1,5 @@
-# Two entry points for a fresh machine: `make demo` (the main job) and `make test`.
+# Two entry points for a fresh machine: `make demo` (the main job) and `make test` (the whole suite,
+# as CI runs it); `make test-fast` leaves out the tests marked slow (trainings, processes).
 # Both create .venv when it is absent and install everything into it.
 PYTHON ?= python3
 VENV := .venv
@@ -6,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.capsagg-installed
 
-.PHONY: setup test demo quick params clean-venv
+.PHONY: setup test test-fast demo quick params clean-venv
 
 setup: $(STAMP)
 
@@ -23,6 +24,9 @@ $(STAMP): setup.py requirements.txt
 
 test: setup
 	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not slow" tests
 
 demo: setup
 	$(PY) examples/main_job.py

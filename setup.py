@@ -13,11 +13,13 @@ setup(
     python_requires=">=3.9",
     # fairseq itself (fairseq-fixed==0.12.3.1 on Python 3.11) is installed separately with
     # --no-deps: its metadata asks for torchaudio, which would pull a second torch.
-    install_requires=["torch>=2.0", "numpy", "sacrebleu>=2.0", "sentencepiece", "matplotlib"],
+    # torch 2.5: torch.serialization.get_unsafe_globals_in_checkpoint (patches/safe_checkpoints.py)
+    install_requires=["torch>=2.5", "numpy", "sacrebleu>=2.0", "sentencepiece", "matplotlib"],
     entry_points={"console_scripts": [
-        "capsagg-params=fairseq_capsagg.param_count:cli_main",
-        "capsagg-translate=fairseq_capsagg.translate:cli_main",
-        "capsagg-health=fairseq_capsagg.health:cli_main",
+        "capsagg-params=fairseq_capsagg.tools.param_count:cli_main",
+        "capsagg-translate=fairseq_capsagg.tools.translate:cli_main",
+        "capsagg-health=fairseq_capsagg.tools.health:cli_main",
+        "capsagg-main-job=fairseq_capsagg.pipeline.main_job:main",
     ]},
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

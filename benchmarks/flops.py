@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+from fairseq_capsagg.aggregators import aggregator_class, validate_settings
+
 
 @dataclass
 class Shape:
@@ -24,19 +26,10 @@ def transformer_macs(s: Shape) -> float:
 
 def aggregator_macs(name: str, d: int, layers: int, capsules: int, iters: int = 3, ffn: int = 0,
                     rank: int = 0) -> float:
-    """Multiply-adds of one aggregator per position."""
-    if name in ("none", "baseline"):
-        return 0.0
-    if name == "linear":
-        return layers * d
-    if name == "dynamic":
-        ffn = ffn or d
-        return layers * d * layers * ffn + layers * ffn * d + layers * d
-    inputs = 2 * layers * d * rank if rank else (layers * d) ** 2
-    votes = layers * d * d
-    routing = iters * 3 * layers * d  # weighted sums and agreement products over L x N x d/N
-    extra = layers * d if name == "em-routing" else 0
-    return inputs + votes + routing + extra
+    """Multiply-adds of aggregator ``name`` per position, as the aggregator declares them."""
+    settings = validate_settings(name, {"output_capsules": capsules, "routing_iters": iters,
+                                        "aggregation_ffn_dim": ffn or None, "capsule_rank": rank}, d)
+    return aggregator_class(name).multiply_adds(d, layers, settings)
 
 
 def flop_bound(baseline: float, added: float) -> float:

@@ -22,8 +22,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flops import Shape, aggregator_macs, flop_bound, transformer_macs  # noqa: E402
 
-SYSTEMS = {"baseline": "none", "linagg": "linear", "dyncomb": "dynamic",
-           "dynrouting": "dynamic-routing", "emrouting": "em-routing"}
+from fairseq_capsagg.aggregators import families  # noqa: E402
+
+#: system -> aggregation: the baseline and every aggregator family
+SYSTEMS = {"baseline": "none", **families()}
 SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
 
 

@@ -26,16 +26,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Tuple
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from main_job import LABELS, ConfigMismatch, Stages, check_workdir, prepare_data, step0_losses  # noqa: E402
-from pipeline import corpus as corpus_mod  # noqa: E402
-from pipeline import fairseq_runs  # noqa: E402
-from fairseq_capsagg import evaluation  # noqa: E402
-from fairseq_capsagg.evaluation import significance_mark  # noqa: E402
-from pipeline.report import format_step0  # noqa: E402
-
-ROUTING_SYSTEMS = ("dynrouting", "emrouting")
+from fairseq_capsagg.pipeline import corpus as corpus_mod
+from fairseq_capsagg.pipeline import fairseq_runs
+from fairseq_capsagg.pipeline.main_job import ConfigMismatch, Stages, check_workdir, prepare_data, step0_losses
+from fairseq_capsagg.pipeline.report import format_step0
+from fairseq_capsagg.tools import evaluation
+from fairseq_capsagg.tools.evaluation import significance_mark
 
 
 @dataclass(frozen=True)
@@ -55,7 +51,7 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
     rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
             Row("warm-baseline", "baseline", "warm", 1, "warm-baseline")]
     aggregators = [s for s in systems if s != "baseline"]
-    order = sorted(aggregators, key=lambda s: (s != "emrouting", s not in ROUTING_SYSTEMS))
+    order = sorted(aggregators, key=lambda s: (s != "emrouting", not fairseq_runs.warm_start_flags(s)))
     for system in order:
         rows.append(Row(f"warm-{system}", system, "warm", 1, "warm-baseline"))
         rows.append(Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1"))
@@ -71,8 +67,8 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("runs/table1"))
-    p.add_argument("--systems", default=",".join(fairseq_runs.SYSTEMS),
-                   help=f"comma-separated, from {','.join(fairseq_runs.SYSTEMS)}")
+    p.add_argument("--systems", default=",".join(fairseq_runs.systems()),
+                   help=f"comma-separated, from {','.join(fairseq_runs.systems())}")
     p.add_argument("--second-seed", default="baseline,emrouting",
                    help="systems also trained from scratch with seed 2 ('' for none)")
     p.add_argument("--rows", default="", help="train only these rows (comma-separated names); default all")
@@ -97,10 +93,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     for key in ("systems", "second_seed", "rows"):
         setattr(args, key, [s.strip() for s in getattr(args, key).split(",") if s.strip()])
-    bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.SYSTEMS]
+    bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.systems()]
     if bad or "baseline" not in args.systems:
         p.error(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
-                f"{', '.join(fairseq_runs.SYSTEMS)} (baseline is required)")
+                f"{', '.join(fairseq_runs.systems())} (baseline is required)")
     names = [row.name for row in table_rows(args.systems, args.second_seed)]
     unknown = [r for r in args.rows if r not in names]
     if unknown:
@@ -126,8 +122,7 @@ def row_flags(row: Row, args: argparse.Namespace, baseline_checkpoint: Path) -> 
         flags += ["--finetune-from-model", str(baseline_checkpoint)]
         if row.system != "baseline":
             flags += ["--aggregation-ramp-updates", str(args.ramp_updates)]
-        if row.system in ROUTING_SYSTEMS:
-            flags += ["--routing-init", "identity"]
+        flags += fairseq_runs.warm_start_flags(row.system)
     if row.system != "baseline":
         flags += args.model_args.split()
     return flags + list(row.flags)
@@ -194,7 +189,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
     for protocol in ("scratch", "warm"):
         out += [f"### {titles[protocol]}", "", header]
         for row in (r for r in rows if r.protocol == protocol):
-            label = LABELS[row.system] + (f" ({' '.join(row.flags)})" if row.flags else "")
+            label = fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
             res = results.get(row.name)
             if res is None:
                 out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |")

@@ -1,26 +1,36 @@
 """fairseq_capsagg: dynamic layer aggregation for fairseq Transformers.
 
 Implements Dou et al. (AAAI 2019), "Dynamic Layer Aggregation for Neural
-Machine Translation with Routing-by-Agreement". Importing the package (or
-passing ``--user-dir`` to a fairseq tool) registers the ``capsagg_transformer``
-model and its ``transformer_{linagg,dyncomb,dynrouting,emrouting}_{base,big,small}``
-architectures.
+Machine Translation with Routing-by-Agreement".
+
+* :mod:`fairseq_capsagg.aggregators`: the aggregators and their registry (torch only).
+* :mod:`fairseq_capsagg.models`: the ``capsagg_transformer`` fairseq model and its
+  ``transformer_{family}_{base,big,small}`` architectures.
+* :mod:`fairseq_capsagg.patches`: the plugin's changes to fairseq's behaviour.
+* :mod:`fairseq_capsagg.tools`: hub, translation, parameter counts, health report,
+  warm-start loss, evaluation; :mod:`fairseq_capsagg.analysis`: the paper's analyses;
+  :mod:`fairseq_capsagg.pipeline`: the main job.
+
+Importing the package (or passing ``--user-dir`` to a fairseq tool) registers the model and
+its architectures and installs the patches, when fairseq is installed; without fairseq,
+:mod:`fairseq_capsagg.aggregators` still works on its own.
 """
 
 import os
 
-from . import models  # noqa: F401 (registers the model and architectures)
-from .aggregators import AggregationConfigError, build_aggregator
-from .cli_errors import install_error_hook
-from .durable_checkpoints import install_atomic_checkpoint_copies
-from .interactive_guard import install_interactive_guard
-from .safe_checkpoints import allow_fairseq_checkpoint_globals
-
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
 
-install_error_hook()
-install_atomic_checkpoint_copies()
-allow_fairseq_checkpoint_globals()
-install_interactive_guard()
+try:
+    import fairseq  # noqa: F401
+except ImportError:  # torch-only use of fairseq_capsagg.aggregators
+    HAS_FAIRSEQ = False
+else:
+    HAS_FAIRSEQ = True
 
-__all__ = ["USER_DIR", "AggregationConfigError", "build_aggregator"]
+if HAS_FAIRSEQ:
+    from . import models  # noqa: F401 (registers the model and architectures)
+    from .patches import install as _install_patches
+
+    _install_patches()
+
+__all__ = ["USER_DIR"]

@@ -1,25 +1,17 @@
-import os
-import subprocess
+"""Fixtures and markers of the suite (shared code lives in helpers.py)."""
+
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-TINY_CORPUS = ROOT / "examples" / "data" / "tiny-ende"
-BIN = Path(sys.executable).parent
-
 sys.path.insert(0, str(Path(__file__).parent))
 
+from helpers import TINY_CORPUS, run_tool  # noqa: E402
 
-def run_tool(tool: str, *args: str, stdin: str = None, check: bool = True, timeout: int = 300):
-    """Runs a console script of this environment (fairseq-train, ...) and returns the result."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="2")
-    result = subprocess.run([str(BIN / tool), *args], input=stdin, capture_output=True, text=True,
-                            env=env, timeout=timeout)
-    if check and result.returncode != 0:
-        raise AssertionError(f"{tool} failed ({result.returncode}):\n{result.stderr[-4000:]}")
-    return result
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: trainings, SIGKILL, DDP and main-job runs (`make test-fast` skips them)")
 
 
 @pytest.fixture(scope="session")

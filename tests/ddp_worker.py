@@ -6,9 +6,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from model_utils import build_tiny_model, random_tokens
-
-FAMILIES = ["linagg", "dyncomb", "dynrouting", "emrouting"]
+from helpers import FAMILIES, build_tiny_model, random_tokens
 
 
 def run(rank: int, world_size: int, port: int, out_path: str) -> None:

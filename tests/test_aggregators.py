@@ -3,12 +3,7 @@
 import pytest
 import torch
 
-from fairseq_capsagg.aggregators import (
-    AGGREGATION_CHOICES,
-    AggregationConfig,
-    AggregationConfigError,
-    build_aggregator,
-)
+from fairseq_capsagg.aggregators import AggregationConfigError, aggregation_choices, build_aggregator
 
 T, B, D, L = 5, 3, 16, 4
 
@@ -24,11 +19,11 @@ def padding_mask(lengths, t=T):
 
 def build(name, **overrides):
     torch.manual_seed(0)
-    cfg = AggregationConfig(output_capsules=overrides.pop("output_capsules", 4), **overrides)
-    return build_aggregator(name, D, L, cfg)
+    settings = {"output_capsules": overrides.pop("output_capsules", 4), **overrides}
+    return build_aggregator(name, D, L, settings)
 
 
-@pytest.mark.parametrize("name", AGGREGATION_CHOICES)
+@pytest.mark.parametrize("name", aggregation_choices())
 def test_output_shape_and_zero_padding(name):
     agg = build(name)
     mask = padding_mask([5, 3, 1])
@@ -39,7 +34,7 @@ def test_output_shape_and_zero_padding(name):
         assert out.transpose(0, 1)[mask].abs().max() == 0
 
 
-@pytest.mark.parametrize("name", AGGREGATION_CHOICES)
+@pytest.mark.parametrize("name", aggregation_choices())
 def test_padded_positions_never_change_real_positions(name):
     agg = build(name)
     mask = padding_mask([5, 3, 2])
@@ -51,7 +46,7 @@ def test_padded_positions_never_change_real_positions(name):
     torch.testing.assert_close(agg(layers, mask)[real], agg(noisy, mask)[real])
 
 
-@pytest.mark.parametrize("name", [n for n in AGGREGATION_CHOICES if n != "none"])
+@pytest.mark.parametrize("name", [n for n in aggregation_choices() if n != "none"])
 def test_gradients_reach_every_parameter(name):
     agg = build(name)
     # linear/dynamic start by selecting the top layer; perturb so every path carries gradient
@@ -69,7 +64,7 @@ def test_gradients_reach_every_parameter(name):
 @pytest.mark.parametrize("name", ["linear", "dynamic"])
 @pytest.mark.parametrize("weights", ["vector", "matrix"])
 def test_fresh_combination_selects_top_layer(name, weights):
-    agg = build(name, linear_weights=weights)
+    agg = build(name, linear_combination_weights=weights)
     layers = random_layers()
     torch.testing.assert_close(agg(layers, None), layers[-1])
 
@@ -84,7 +79,7 @@ def test_linear_combination_is_eq3():
 
 
 def test_linear_matrix_combination_is_eq3():
-    agg = build("linear", linear_weights="matrix")
+    agg = build("linear", linear_combination_weights="matrix")
     with torch.no_grad():
         agg.weight.copy_(torch.randn(L, D, D))
     layers = random_layers()
@@ -94,7 +89,7 @@ def test_linear_matrix_combination_is_eq3():
 
 def test_dynamic_combination_is_eq4():
     """W_l = FFN_l([H^1..H^L]) per position, combined element-wise (slow loop reference)."""
-    agg = build("dynamic", ffn_dim=8)
+    agg = build("dynamic", aggregation_ffn_dim=8)
     with torch.no_grad():
         agg.fc2_weight.normal_()
     layers = random_layers()
@@ -123,7 +118,7 @@ def test_wrong_number_of_layers_is_explained():
         ("dynamic-routing", {"output_capsules": 0}, r"--output-capsules: got 0"),
         ("em-routing", {"routing_iters": 0}, r"--routing-iters: got 0; it must be an integer >= 1"),
         ("dynamic-routing", {"capsule_input": "some"}, r"--capsule-input: got 'some'; choose one of all, layer"),
-        ("linear", {"linear_weights": "scalar"}, r"--linear-combination-weights"),
+        ("linear", {"linear_combination_weights": "scalar"}, r"--linear-combination-weights"),
         ("em-routing", {"em_inverse_temperature": 0.0}, r"--em-inverse-temperature"),
         ("em-routing", {"capsule_rank": -1}, r"--capsule-rank: got -1"),
         ("dynamic-routing", {"capsule_rank": 8, "capsule_input": "layer"}, r"--capsule-rank .* needs --capsule-input all"),
@@ -131,9 +126,9 @@ def test_wrong_number_of_layers_is_explained():
 )
 def test_bad_settings_name_the_flag(name, cfg, pattern):
     with pytest.raises(AggregationConfigError, match=pattern):
-        build_aggregator(name, D, L, AggregationConfig(**cfg), side="encoder")
+        build_aggregator(name, D, L, cfg, side="encoder")
 
 
 def test_single_layer_cannot_be_aggregated():
     with pytest.raises(AggregationConfigError, match="at least 2 layer outputs"):
-        build_aggregator("dynamic", D, 1, AggregationConfig(), side="decoder")
+        build_aggregator("dynamic", D, 1, side="decoder")

@@ -10,7 +10,7 @@ from fairseq_capsagg.analysis import agreement_diversity, agreement_entropy
 from fairseq_capsagg.analysis.__main__ import main as analysis_main
 from fairseq_capsagg.analysis.agreement import AgreementAccumulator
 from fairseq_capsagg.analysis.length import bleu_by_length, length_buckets
-from fairseq_capsagg.aggregators import AggregationConfig, build_aggregator
+from fairseq_capsagg.aggregators import build_aggregator
 
 
 def test_uniform_agreement_reproduces_the_papers_first_iteration():
@@ -45,7 +45,7 @@ def test_statistics_against_hand_computed_case():
 
 def test_accumulator_skips_padded_positions():
     torch.manual_seed(0)
-    agg = build_aggregator("em-routing", 8, 3, AggregationConfig(output_capsules=4, routing_iters=2))
+    agg = build_aggregator("em-routing", 8, 3, {"output_capsules": 4, "routing_iters": 2})
     agg.capture_agreement = True
     layers = [torch.randn(4, 2, 8) for _ in range(3)]
     mask = torch.tensor([[False] * 4, [False, True, True, True]])

@@ -4,7 +4,9 @@ import json
 import subprocess
 import sys
 
-from conftest import ROOT
+import pytest
+
+from helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from flops import Shape, aggregator_macs, flop_bound, transformer_macs  # noqa: E402
@@ -21,6 +23,7 @@ def test_flop_model():
     assert 0.5 < flop_bound(base, 2 * full) < flop_bound(base, 2 * low) < 1.0
 
 
+@pytest.mark.slow
 def test_speed_benchmark_writes_ratios(tmp_path):
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "--shapes", "small", "--systems", "baseline",

@@ -8,11 +8,11 @@ import torch
 from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
-from conftest import run_tool
 from fairseq_capsagg import USER_DIR
-from fairseq_capsagg.safe_checkpoints import UnsafeCheckpointError, check_checkpoint
-from model_utils import build_tiny_model
-from test_cli import TINY, train
+from fairseq_capsagg.patches.safe_checkpoints import UnsafeCheckpointError, check_checkpoint
+from helpers import FAMILIES, TINY, build_tiny_model, run_tool, train
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 VANILLA_TINY = [f for f in TINY if f not in ("--output-capsules", "8")]
 
@@ -31,7 +31,7 @@ def vanilla_checkpoint(tiny_data_bin, tmp_path_factory):
     return save_dir / "checkpoint_last.pt"
 
 
-@pytest.mark.parametrize("family", ["linagg", "dyncomb", "dynrouting", "emrouting"])
+@pytest.mark.parametrize("family", FAMILIES)
 def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_checkpoint, tiny_data_bin):
     state = checkpoint_utils.load_checkpoint_to_cpu(str(vanilla_checkpoint))
     vanilla = state["model"]

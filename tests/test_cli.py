@@ -4,24 +4,10 @@ import re
 
 import pytest
 
-from conftest import TINY_CORPUS, run_tool
+from helpers import FAMILIES, TINY_CORPUS, run_tool, train
 from fairseq_capsagg import USER_DIR
 
-FAMILIES = ["linagg", "dyncomb", "dynrouting", "emrouting"]
-TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--decoder-ffn-embed-dim", "64", "--encoder-layers", "3", "--decoder-layers", "3",
-        "--output-capsules", "8"]
-
-
-def train(data, save_dir, arch, *extra):
-    return run_tool(
-        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *TINY,
-        "--task", "translation", "--source-lang", "en", "--target-lang", "de", "--cpu",
-        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3",
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-        "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--log-format", "simple",
-        "--log-interval", "1", "--seed", "1", "--num-workers", "0", *extra,  # later flags win
-    )
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 
 @pytest.mark.parametrize("family", FAMILIES)

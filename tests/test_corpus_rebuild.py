@@ -4,7 +4,8 @@ import gzip
 import importlib.util
 import struct
 
-from conftest import ROOT
+
+from helpers import ROOT
 
 spec = importlib.util.spec_from_file_location("build_corpus", ROOT / "data" / "rebuild" / "build_corpus.py")
 build_corpus = importlib.util.module_from_spec(spec)

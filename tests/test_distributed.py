@@ -1,5 +1,6 @@
 """Multi-process training: fairseq's distributed path and torch DDP with no unused parameters."""
 
+import pytest
 import json
 import os
 import socket
@@ -10,9 +11,10 @@ from pathlib import Path
 import torch.multiprocessing as mp
 
 import ddp_worker
-from conftest import BIN
 from fairseq_capsagg import USER_DIR
-from test_cli import TINY
+from helpers import BIN, TINY
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 HERE = Path(__file__).parent
 

@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from fairseq_capsagg.health import cli_main, health_report
-from fairseq_capsagg.models import FAMILIES
+from fairseq_capsagg.tools.health import cli_main, health_report
+from helpers import FAMILIES
 
 
 SHAPES = ("small", "base")

@@ -7,7 +7,6 @@ import torch
 from torch import nn
 
 from fairseq_capsagg.aggregators import (
-    AggregationConfig,
     AggregationRamp,
     DynamicRouting,
     EMRouting,
@@ -16,7 +15,7 @@ from fairseq_capsagg.aggregators import (
 )
 from fairseq_capsagg.aggregators.capsules import IDENTITY_LAYER_SHARE
 from fairseq_capsagg.aggregators.em_routing import VARIANCE_FLOOR
-from model_utils import build_tiny_model, random_tokens
+from helpers import build_tiny_model, random_tokens
 
 L = 6
 
@@ -71,7 +70,7 @@ def test_dynamic_routing_vote_gain_lifts_scalar_capsules_only():
 
 def identity_routing(name: str, d: int = 32, n: int = 32):
     torch.manual_seed(0)
-    cfg = AggregationConfig(output_capsules=n, routing_init="identity")
+    cfg = {"output_capsules": n, "routing_init": "identity"}
     return build_aggregator(name, d, L, cfg)
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_capsagg.input_repair import CONTROL_CHARACTERS, EMPTY_FIELDS, INVALID_UTF8, decode_line, repair_line
+from fairseq_capsagg.patches.input_repair import CONTROL_CHARACTERS, EMPTY_FIELDS, INVALID_UTF8, decode_line, repair_line
 
 
 @pytest.mark.parametrize("raw, text, notes", [
@@ -24,7 +24,8 @@ def test_repair_line(raw, text, notes):
 
 @pytest.mark.parametrize("raw, text, notes", [
     (b"Open the file.\tDatei\n", "Open the file.\tDatei", []),
-    (b"  Open  the file \t  neue  Datei \tFenster ", "Open the file\tneue Datei\tFenster", []),
+    # only the line's ends are stripped, as fairseq-interactive does (whitespace-sensitive --bpe)
+    (b"  Open  the file \t  neue  Datei \tFenster ", "Open  the file \t  neue  Datei \tFenster", []),
     (b"Open\x01 it\tDa\x07tei", "Open it\tDatei", [CONTROL_CHARACTERS]),
     (b"Open it\t\t \tDatei\t", "Open it\tDatei", [EMPTY_FIELDS]),
     (b" \t \t", "", []),

@@ -12,8 +12,10 @@ import pytest
 import torch
 from fairseq import checkpoint_utils
 
-from conftest import run_tool
+from helpers import run_tool
 from fairseq_capsagg import USER_DIR
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 NAMES = ("emrouting", "dyncomb")

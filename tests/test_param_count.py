@@ -1,6 +1,6 @@
 """The parameter-count command counts what the aggregators really add."""
 
-from fairseq_capsagg.param_count import count_parameters, format_table, parameter_table
+from fairseq_capsagg.tools.param_count import count_parameters, format_table, parameter_table
 
 
 def test_added_parameters_follow_the_module_shapes():

@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import BIN
 from fairseq_capsagg import USER_DIR
-from fairseq_capsagg.durable_checkpoints import atomic_copy
-from test_cli import TINY
+from fairseq_capsagg.patches.durable_checkpoints import atomic_copy
+from helpers import BIN, TINY
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, "--task", "translation",
         "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--max-update", "14",
@@ -119,7 +120,7 @@ def test_fairseq_loss_scaler_recovers_from_an_overflow_in_routing():
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.optim.fp16_optimizer import FP16Optimizer
 
-    from model_utils import build_tiny_model, parse_model_args, random_tokens
+    from helpers import build_tiny_model, parse_model_args, random_tokens
 
     flags = ["--fp16", "--fp16-no-flatten-grads", "--fp16-init-scale", str(2 ** 24), "--fp16-scale-window", "100",
              "--optimizer", "adam", "--lr", "1e-3", "--cpu"]

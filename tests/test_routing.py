@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import routing_reference as ref
-from fairseq_capsagg.aggregators import AggregationConfig, build_aggregator, squash
+from fairseq_capsagg.aggregators import build_aggregator, squash
 from fairseq_capsagg.aggregators.em_routing import VARIANCE_FLOOR
 
 T, B, D, L = 3, 2, 8, 4
@@ -15,8 +15,8 @@ def build(name, n_caps=4, iters=3, capsule_input="all", seed=0):
     """``capsule_input`` 'all-rank3' means 'all' factorised through a rank-3 bottleneck."""
     torch.manual_seed(seed)
     rank = int(capsule_input.split("rank")[1]) if "rank" in capsule_input else 0
-    cfg = AggregationConfig(output_capsules=n_caps, routing_iters=iters,
-                            capsule_input=capsule_input.split("-")[0], capsule_rank=rank)
+    cfg = {"output_capsules": n_caps, "routing_iters": iters, "capsule_input": capsule_input.split("-")[0],
+           "capsule_rank": rank}
     agg = build_aggregator(name, D, L, cfg)
     if name == "em-routing":
         with torch.no_grad():  # non-trivial betas so that Eq. 15 is exercised

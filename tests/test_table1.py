@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 TABLE1 = ROOT / "examples" / "table1.py"
 ROWS = "scratch-baseline-s1,warm-baseline,warm-emrouting"

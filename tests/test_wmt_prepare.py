@@ -3,7 +3,11 @@
 import subprocess
 import sys
 
-from conftest import ROOT, TINY_CORPUS
+import pytest
+
+from helpers import ROOT, TINY_CORPUS
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 SCRIPT = ROOT / "examples" / "wmt" / "prepare_wmt.py"
 

@@ -1,9 +1,11 @@
 """The interface every layer aggregator implements."""
 
-from typing import List, Optional
+from typing import ClassVar, List, Optional, Tuple, Type
 
 import torch
 from torch import Tensor, nn
+
+from .settings import AggregationConfigError, Settings
 
 
 class NonFiniteAggregationError(FloatingPointError):
@@ -18,16 +20,62 @@ class LayerAggregator(nn.Module):
     position reads only that position's layer outputs, so padding, batching
     and incremental decoding cannot change it.
 
+    A subclass registered with :func:`~fairseq_capsagg.aggregators.registry.register_aggregator`
+    declares what the rest of the plugin derives from it: its :attr:`name` (the value of
+    ``--encoder-aggregation``), its :attr:`family` (the ``transformer_{family}_{shape}``
+    architectures and the main job's system), its :attr:`label` in tables, its
+    :attr:`Settings` (one dataclass whose fields are its flags), its validation
+    (:meth:`validate`) and its construction (:meth:`from_settings`).
+
     Args:
         embed_dim: d, the width of each layer output.
         num_layers: L, how many layer outputs :meth:`forward` receives.
     """
 
+    name: ClassVar[str]
+    family: ClassVar[str] = ""  # "": no architectures of its own
+    label: ClassVar[str]
+    Settings: ClassVar[Type[Settings]] = Settings
+    #: The output is not at the layers' scale (squashed or activation-scaled capsules), so a
+    #: post-norm side, which has no final LayerNorm, normalises it (``--aggregation-layer-norm``).
+    scaled_output: ClassVar[bool] = False
+    #: Flags under which a fresh aggregator starts as the Transformer it is added to (warm starts);
+    #: empty when it always does, or never can.
+    warm_start_flags: ClassVar[Tuple[str, ...]] = ()
+
     def __init__(self, embed_dim: int, num_layers: int):
         super().__init__()
         self.embed_dim = embed_dim
         self.num_layers = num_layers
-        self.side = ""  # "encoder" or "decoder", set by the model, for error messages
+        self.side = ""  # "encoder" or "decoder", set by build_aggregator, for error messages
+
+    @classmethod
+    def validate(cls, settings: Settings, embed_dim: int, side: str = "") -> None:
+        """Raises :class:`AggregationConfigError` for settings that cannot work at width d.
+
+        The base class checks every setting's choices; subclasses add their ranges.
+        """
+        settings.check_choices()
+
+    @classmethod
+    def check_num_layers(cls, num_layers: int, side: str = "") -> None:
+        """Raises :class:`AggregationConfigError` when there is nothing to aggregate."""
+        if num_layers < 2:
+            flag = f"--{side}-aggregation" if side else "aggregation"
+            raise AggregationConfigError(
+                f"{flag} {cls.name}: needs at least 2 layer outputs to aggregate, "
+                f"got {num_layers}; use more --{side or 'encoder'}-layers, --aggregate-embedding, or 'none'"
+            )
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int, settings: Settings) -> "LayerAggregator":
+        """The aggregator for L = ``num_layers`` outputs of width d (settings already validated)."""
+        return cls(embed_dim, num_layers)
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: Settings) -> float:
+        """Multiply-adds of one forward pass at one position (the benchmarks' FLOP bound)."""
+        raise NotImplementedError(f"{cls.__name__} must declare its multiply-adds per position")
 
     def forward(self, layers: List[Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
         """Aggregates the layers.

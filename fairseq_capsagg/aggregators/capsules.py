@@ -1,5 +1,6 @@
 """Input capsules and votes shared by the routing-by-agreement aggregators."""
 
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional
 
 import torch
@@ -7,6 +8,7 @@ from torch import Tensor, nn
 
 from .base import LayerAggregator
 from .initialisation import xavier_uniform_per_matrix_
+from .settings import AggregationConfigError, Settings, setting
 
 #: Added under square roots and logarithms; routing runs in fp32, where it is exact enough.
 ROUTING_EPS = 1e-6
@@ -23,6 +25,31 @@ def squash(s: Tensor, dim: int = -1) -> Tensor:
     """
     sq_norm = s.pow(2).sum(dim=dim, keepdim=True)
     return s * (sq_norm / (1.0 + sq_norm) / torch.sqrt(sq_norm + ROUTING_EPS))
+
+
+@dataclass
+class RoutingSettings(Settings):
+    """Settings of both routing algorithms (Algorithms 1 and 2)."""
+
+    output_capsules: Optional[int] = setting(
+        None, "routing: output capsules of width d/N; N must divide d (default: d, scalar capsules)", metavar="N")
+    routing_iters: int = setting(3, "routing: iterations T", metavar="T")
+    capsule_input: str = setting(
+        "all", "routing: input capsules from all layers F_l(H^1..H^L) (all) or from their own layer F_l(H^l) "
+               "(layer, the Table 4 ablation)", choices=("all", "layer"))
+    capsule_rank: int = setting(
+        0, "routing: factorise the input-capsule maps F_l through a shared rank-R bottleneck "
+           "(0: the paper's L distinct maps)", metavar="R")
+    compile_routing: bool = setting(
+        False, "routing: fuse the T routing iterations (forward and backward) with torch.compile; "
+               "same results, less time per update")
+    routing_init: str = setting(
+        "random", "routing: random (every F_l and W_l->n Glorot-uniform by its own fan-in/out) or identity "
+                  "(input capsules and votes carry H^L, for warm starts)", choices=("random", "identity"))
+
+    def num_output_capsules(self, embed_dim: int) -> int:
+        """N; scalar capsules (N = d) when ``--output-capsules`` is not given."""
+        return embed_dim if self.output_capsules is None else self.output_capsules
 
 
 _COMPILED_ROUTES: Dict[type, Callable] = {}
@@ -57,6 +84,55 @@ class CapsuleRouting(LayerAggregator):
     step in :attr:`agreement`, and the padding mask in
     :attr:`captured_padding_mask`; nothing is recorded otherwise.
     """
+
+    Settings = RoutingSettings
+    scaled_output = True
+    warm_start_flags = ("--routing-init", "identity")
+
+    @classmethod
+    def validate(cls, settings: RoutingSettings, embed_dim: int, side: str = "") -> None:
+        super().validate(settings, embed_dim, side)
+        n = settings.num_output_capsules(embed_dim)
+        if n < 1 or embed_dim % n != 0:
+            divisors = [k for k in range(1, embed_dim + 1) if embed_dim % k == 0]
+            raise AggregationConfigError(
+                f"--output-capsules: got {n}, but it must be a positive divisor of the "
+                f"model dimension {embed_dim} (allowed: {', '.join(map(str, divisors))})")
+        settings.require("routing_iters", settings.routing_iters >= 1, "it must be an integer >= 1")
+        settings.require("capsule_rank", settings.capsule_rank >= 0,
+                         "use 0 (the paper's F_l) or a positive bottleneck width")
+        if settings.capsule_rank > 0 and settings.capsule_input != "all":
+            raise AggregationConfigError(
+                "--capsule-rank factorises F_l(H^1..H^L) and needs --capsule-input all, "
+                f"not {settings.capsule_input!r}")
+        if settings.routing_init == "identity" and (settings.capsule_input != "all" or settings.capsule_rank > 0):
+            raise AggregationConfigError(
+                "--routing-init identity needs the full input-capsule maps F_l(H^1..H^L) "
+                "(--capsule-input all, --capsule-rank 0): F_l(H^l) cannot see H^L, and a rank-r "
+                "bottleneck cannot carry it; use --routing-init random with these settings")
+
+    @classmethod
+    def routing_kwargs(cls, embed_dim: int, settings: RoutingSettings) -> Dict[str, object]:
+        """The constructor's keyword arguments from the settings."""
+        return {"output_capsules": settings.num_output_capsules(embed_dim), "routing_iters": settings.routing_iters,
+                "capsule_input": settings.capsule_input, "capsule_rank": settings.capsule_rank,
+                "compile_routing": settings.compile_routing, "routing_init": settings.routing_init}
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int, settings: RoutingSettings) -> "CapsuleRouting":
+        return cls(embed_dim, num_layers, **cls.routing_kwargs(embed_dim, settings))
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: RoutingSettings) -> float:
+        """Input capsules (Eq. 9; 2 L d r when factorised), votes (Eq. 8) and T iterations of
+        weighted sums and agreement products over L x N x d/N."""
+        rank = settings.capsule_rank
+        if settings.capsule_input == "layer":
+            inputs = num_layers * embed_dim * embed_dim
+        else:
+            inputs = 2 * num_layers * embed_dim * rank if rank else (num_layers * embed_dim) ** 2
+        votes = num_layers * embed_dim * embed_dim
+        return inputs + votes + settings.routing_iters * 3 * num_layers * embed_dim
 
     def __init__(
         self,

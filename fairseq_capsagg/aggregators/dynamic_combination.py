@@ -1,5 +1,6 @@
 """Dynamic combination of layers (Eq. 4 of Dou et al. 2019)."""
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
@@ -7,8 +8,17 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import LayerAggregator
+from .registry import register_aggregator
+from .settings import Settings, setting
 
 
+@dataclass
+class DynamicCombinationSettings(Settings):
+    aggregation_ffn_dim: Optional[int] = setting(
+        None, "dynamic combination: hidden width of each FFN_l (default: d)", metavar="F")
+
+
+@register_aggregator
 class DynamicCombination(LayerAggregator):
     """H~ = sum_l W_l * H^l with W_l = FFN_l(H^1, ..., H^L) in R^{J x d} (Eq. 4).
 
@@ -24,6 +34,28 @@ class DynamicCombination(LayerAggregator):
     Args:
         ffn_dim: f, the hidden width of each FFN_l.
     """
+
+    name = "dynamic"
+    family = "dyncomb"
+    label = "Dynamic Combination"
+    Settings = DynamicCombinationSettings
+
+    @classmethod
+    def validate(cls, settings: DynamicCombinationSettings, embed_dim: int, side: str = "") -> None:
+        super().validate(settings, embed_dim, side)
+        ffn_dim = settings.aggregation_ffn_dim
+        settings.require("aggregation_ffn_dim", ffn_dim is None or ffn_dim >= 1, "it must be a positive integer")
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int,
+                      settings: DynamicCombinationSettings) -> "DynamicCombination":
+        return cls(embed_dim, num_layers, settings.aggregation_ffn_dim or embed_dim)
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: DynamicCombinationSettings) -> float:
+        """The L first layers (L*d -> L*f), the L second layers (f -> d) and the weighted sum."""
+        ffn = settings.aggregation_ffn_dim or embed_dim
+        return num_layers * embed_dim * num_layers * ffn + num_layers * ffn * embed_dim + num_layers * embed_dim
 
     def __init__(self, embed_dim: int, num_layers: int, ffn_dim: int):
         super().__init__(embed_dim, num_layers)

@@ -4,8 +4,10 @@ import torch
 from torch import Tensor
 
 from .capsules import CapsuleRouting, squash
+from .registry import register_aggregator
 
 
+@register_aggregator
 class DynamicRouting(CapsuleRouting):
     """Routes L input capsules to N output capsules by agreement (Algorithm 1).
 
@@ -17,6 +19,10 @@ class DynamicRouting(CapsuleRouting):
     Both sums are element-wise products summed over one axis (see
     :class:`~fairseq_capsagg.aggregators.em_routing.EMRouting` for why not einsums).
     """
+
+    name = "dynamic-routing"
+    family = "dynrouting"
+    label = "Dynamic Routing"
 
     def vote_gain(self) -> float:
         """max(1, (N / L)^0.4): 3.4 at N = d = 128 with L = 6, 5.9 at N = d = 512.

@@ -1,13 +1,16 @@
 """Layer aggregation by EM routing (Algorithm 2 of Dou et al. 2019)."""
 
 import math
+from dataclasses import dataclass
 from typing import List
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .capsules import ROUTING_EPS, CapsuleRouting
+from .capsules import ROUTING_EPS, CapsuleRouting, RoutingSettings
+from .registry import register_aggregator
+from .settings import setting
 
 #: Floor of the per-dimension variance (sigma_n^h)^2 of Eq. 14.
 VARIANCE_FLOOR = 1e-4
@@ -15,6 +18,12 @@ VARIANCE_FLOOR = 1e-4
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
+@dataclass
+class EMRoutingSettings(RoutingSettings):
+    em_inverse_temperature: float = setting(1.0, "EM routing: final inverse temperature lambda", metavar="LAMBDA")
+
+
+@register_aggregator
 class EMRouting(CapsuleRouting):
     """Fits N Gaussians (output capsules) to the L votes by EM (Algorithm 2).
 
@@ -44,6 +53,26 @@ class EMRouting(CapsuleRouting):
     (T, B, N) tensor per iteration) are recorded with the agreement when
     capturing.
     """
+
+    name = "em-routing"
+    family = "emrouting"
+    label = "EM Routing"
+    Settings = EMRoutingSettings
+
+    @classmethod
+    def validate(cls, settings: EMRoutingSettings, embed_dim: int, side: str = "") -> None:
+        super().validate(settings, embed_dim, side)
+        settings.require("em_inverse_temperature", settings.em_inverse_temperature > 0, "it must be > 0")
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int, settings: EMRoutingSettings) -> "EMRouting":
+        return cls(embed_dim, num_layers, **cls.routing_kwargs(embed_dim, settings),
+                   inverse_temperature=settings.em_inverse_temperature)
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: EMRoutingSettings) -> float:
+        """Routing's, plus the input activations of Eq. 11."""
+        return super().multiply_adds(embed_dim, num_layers, settings) + num_layers * embed_dim
 
     def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
                  capsule_input: str = "all", capsule_rank: int = 0, compile_routing: bool = False,

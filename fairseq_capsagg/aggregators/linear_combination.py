@@ -1,13 +1,23 @@
 """Static linear combination of layers (Dou et al. 2018; Eq. 3 of Dou et al. 2019)."""
 
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
 from .base import LayerAggregator
+from .registry import register_aggregator
+from .settings import Settings, setting
 
 
+@dataclass
+class LinearCombinationSettings(Settings):
+    linear_combination_weights: str = setting(
+        "vector", "linear combination: W_l in R^d (vector) or R^{d x d} (matrix)", choices=("vector", "matrix"))
+
+
+@register_aggregator
 class LinearCombination(LayerAggregator):
     """H~ = sum_l W_l H^l (Eq. 3), with weights that do not depend on the input.
 
@@ -24,6 +34,19 @@ class LinearCombination(LayerAggregator):
     W is initialised to select the top layer (W_L = 1 or I, the others 0), so
     a fresh aggregator reproduces the vanilla model exactly.
     """
+
+    name = "linear"
+    family = "linagg"
+    label = "Linear Combination"
+    Settings = LinearCombinationSettings
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int, settings: LinearCombinationSettings) -> "LinearCombination":
+        return cls(embed_dim, num_layers, settings.linear_combination_weights)
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: LinearCombinationSettings) -> float:
+        return num_layers * embed_dim * (embed_dim if settings.linear_combination_weights == "matrix" else 1)
 
     def __init__(self, embed_dim: int, num_layers: int, weights: str = "vector"):
         super().__init__(embed_dim, num_layers)

@@ -4,6 +4,7 @@ import argparse
 import json
 import sys
 
+from ..aggregators import families
 from . import agreement, length, sweep
 
 
@@ -34,12 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sweep", help="run or collect a sweep and plot BLEU against the swept value")
     p.add_argument("--param", required=True, choices=sorted(sweep.SWEEPS))
     p.add_argument("--values", nargs="+", required=True)
-    p.add_argument("--system", default="emrouting", choices=["dynrouting", "emrouting", "dyncomb", "linagg"])
+    p.add_argument("--system", default="emrouting", choices=list(families()))
     p.add_argument("--workdir", default="runs/sweep")
     p.add_argument("--collect-only", action="store_true", help="only read finished runs")
     p.add_argument("--output-dir", default="analysis")
     p.add_argument("main_job_args", nargs=argparse.REMAINDER,
-                   help="after --: more flags for examples/main_job.py (e.g. -- --quick)")
+                   help="after --: more flags for the main job (e.g. -- --quick)")
     p.set_defaults(run=sweep.run)
     return parser
 

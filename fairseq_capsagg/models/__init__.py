@@ -1,7 +1,7 @@
 """Models and architectures of the plugin."""
 
 from .capsagg_transformer import CapsAggTransformerModel, capsagg_base_architecture
-from .architectures import ARCHITECTURES, FAMILIES, SHAPES, SMALL_SHAPE, shape_flags
+from .architectures import ARCHITECTURES, SHAPES, SMALL_SHAPE, shape_flags
 from .decoder import CapsAggTransformerDecoder
 from .encoder import CapsAggTransformerEncoder
 
@@ -10,7 +10,6 @@ __all__ = [
     "CapsAggTransformerDecoder",
     "CapsAggTransformerEncoder",
     "CapsAggTransformerModel",
-    "FAMILIES",
     "SHAPES",
     "SMALL_SHAPE",
     "capsagg_base_architecture",

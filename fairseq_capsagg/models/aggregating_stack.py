@@ -1,57 +1,119 @@
-"""What the aggregating encoder and decoder share: holding an aggregator and its warm start."""
+"""What the aggregating encoder and decoder share: their aggregation, its flags and its warm start."""
 
-from typing import Dict, List, Optional
+from dataclasses import dataclass
+from typing import Any, Dict, List, Optional
 
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from ..aggregators import AggregationRamp, LayerAggregator, TopLayer
+from ..aggregators import (
+    AggregationConfigError,
+    AggregationRamp,
+    LayerAggregator,
+    Settings,
+    aggregation_choices,
+    aggregator_class,
+    build_aggregator,
+    setting,
+    validate_settings,
+)
 from .warm_start import fill_missing_keys
 
 #: Submodules that a vanilla Transformer checkpoint lacks; filled with their initial values on load.
 AGGREGATION_MODULES = ("aggregator", "layer_norms", "aggregate_norm", "aggregation_ramp")
 #: The normalisations of ``--aggregation-layer-norm``, absent from checkpoints saved before it.
 NORMALISATIONS = ("layer_norms", "aggregate_norm")
+SIDES = ("encoder", "decoder")
+
+
+@dataclass
+class StackSettings(Settings):
+    """Flags of the aggregating stacks, whatever their aggregator."""
+
+    aggregate_embedding: bool = setting(False, "also aggregate the embedding layer output H^0 (off in the paper)")
+    aggregation_ramp_updates: int = setting(
+        0, "start from H^L and ramp the aggregate in: H~ = (1 - a) H^L + a Omega, a = t/K over the first K "
+           "updates of the run (0: no ramp)", metavar="K")
+    aggregation_layer_norm: str = setting(
+        "on", "pre-norm sides: a LayerNorm on each aggregated layer before the aggregator, as the raw residual "
+              "streams grow with depth; post-norm sides: a LayerNorm on a routed aggregate", choices=("on", "off"))
+
+    def validate(self, aggregating_sides: List[str]) -> None:
+        """Raises :class:`AggregationConfigError` for a ramp that is negative or has nothing to act on."""
+        self.check_choices()
+        ramp = self.aggregation_ramp_updates
+        self.require("aggregation_ramp_updates", ramp >= 0, "it must be an integer >= 0 (0: no ramp)")
+        if ramp > 0 and not aggregating_sides:
+            raise AggregationConfigError(
+                f"--aggregation-ramp-updates {ramp}: neither side aggregates; set --encoder-aggregation or "
+                f"--decoder-aggregation to one of {', '.join(name for name in aggregation_choices() if name != 'none')}")
+
+
+def aggregating_sides(args: Any) -> List[str]:
+    return [side for side in SIDES if getattr(args, f"{side}_aggregation") != "none"]
+
+
+def validate_aggregation(args: Any) -> None:
+    """Checks every aggregation flag of a model's arguments before anything is built.
+
+    Raises:
+        AggregationConfigError: one line naming the flag and its allowed values.
+    """
+    sides = aggregating_sides(args)
+    StackSettings.from_namespace(args).validate(sides)
+    for side in SIDES:
+        aggregator_class(getattr(args, f"{side}_aggregation"), side)
+    for side in sides:
+        name = getattr(args, f"{side}_aggregation")
+        validate_settings(name, args, getattr(args, f"{side}_embed_dim"), side)
+        if getattr(args, f"{side}_layerdrop") > 0:
+            raise AggregationConfigError(
+                f"--{side}-layerdrop must be 0 with --{side}-aggregation {name}: "
+                "the aggregator needs every layer's output")
 
 
 class AggregatingStack(nn.Module):
     """Mixin for a fairseq layer stack whose output is an aggregate of its layers.
 
-    The aggregator starts as :class:`TopLayer` (the vanilla stack); the model
-    installs the configured one with :meth:`set_aggregator`, optionally with
-    a LayerNorm on each aggregated layer (``--aggregation-layer-norm``, pre-norm
-    sides, whose layers are raw residual streams that grow with depth), a
-    LayerNorm on a routed aggregate (the same flag, post-norm sides, which have
-    no final LayerNorm to bring the squashed or activation-scaled capsules to
-    the Transformer's scale) and a ramp from H^L to the aggregate
+    A stack starts without aggregation (the vanilla stack); the model installs the configured
+    aggregator with :meth:`build_aggregation` once the stack's layers exist, optionally with a
+    LayerNorm on each aggregated layer (``--aggregation-layer-norm``, pre-norm sides, whose
+    layers are raw residual streams that grow with depth), a LayerNorm on a routed aggregate
+    (the same flag, post-norm sides, which have no final LayerNorm to bring the squashed or
+    activation-scaled capsules to the Transformer's scale) and a ramp from H^L to the aggregate
     (``--aggregation-ramp-updates``).
     """
 
     side = ""
 
-    def init_aggregator(self, embed_dim: int, num_layers: int) -> None:
+    def init_aggregation(self) -> None:
+        self.aggregator: Optional[LayerAggregator] = None
         self.aggregate_embedding = False
-        self.aggregator: LayerAggregator = TopLayer(embed_dim, num_layers)
         self.layer_norms: Optional[nn.ModuleList] = None
         self.aggregate_norm: Optional[nn.Module] = None
         self.aggregation_ramp: Optional[AggregationRamp] = None
 
-    def set_aggregator(self, aggregator: LayerAggregator, aggregate_embedding: bool,
-                       normalise_layers: bool = False, normalise_aggregate: bool = False,
-                       ramp_updates: int = 0) -> None:
-        aggregator.side = self.side
-        self.aggregator = aggregator
-        self.aggregate_embedding = aggregate_embedding
-        if normalise_layers:
-            self.layer_norms = nn.ModuleList(LayerNorm(aggregator.embed_dim) for _ in range(aggregator.num_layers))
-        if normalise_aggregate:
-            self.aggregate_norm = LayerNorm(aggregator.embed_dim)
-        if ramp_updates > 0:
-            self.aggregation_ramp = AggregationRamp(ramp_updates)
+    def build_aggregation(self, args: Any) -> None:
+        """Installs ``--{side}-aggregation`` over the layers this stack has (flags validated)."""
+        name = getattr(args, f"{self.side}_aggregation")
+        if name == "none":
+            return
+        stack = StackSettings.from_namespace(args)
+        embed_dim = getattr(args, f"{self.side}_embed_dim")
+        num_layers = len(self.layers) + (1 if stack.aggregate_embedding else 0)
+        self.aggregator = build_aggregator(name, embed_dim, num_layers, args, self.side)
+        self.aggregate_embedding = stack.aggregate_embedding
+        normalise = stack.aggregation_layer_norm == "on"
+        if normalise and getattr(args, f"{self.side}_normalize_before"):
+            self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_layers))
+        elif normalise and self.aggregator.scaled_output:
+            self.aggregate_norm = LayerNorm(embed_dim)
+        if stack.aggregation_ramp_updates > 0:
+            self.aggregation_ramp = AggregationRamp(stack.aggregation_ramp_updates)
 
     @property
     def aggregates(self) -> bool:
-        return not isinstance(self.aggregator, TopLayer)
+        return self.aggregator is not None
 
     def aggregate(self, states: List[Tensor], padding_mask: Optional[Tensor]) -> Tensor:
         """H~ from the collected states (embedding output first) at every position."""

@@ -1,6 +1,7 @@
 """Every architecture of the plugin, registered in one place.
 
-Names follow ``transformer_{family}_{shape}``:
+Names follow ``transformer_{family}_{shape}``, one family per registered aggregator that
+declares one (:func:`fairseq_capsagg.aggregators.families`), with that aggregator on both sides:
 
 =============  =============================  ====================================
 family         aggregation (both sides)       paper
@@ -38,16 +39,10 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
+from ..aggregators import families
 from .capsagg_transformer import capsagg_base_architecture
 
 MODEL_NAME = "capsagg_transformer"
-
-FAMILIES: Dict[str, str] = {
-    "linagg": "linear",
-    "dyncomb": "dynamic",
-    "dynrouting": "dynamic-routing",
-    "emrouting": "em-routing",
-}
 
 
 #: The CPU-sized shape; also given as flags to fairseq's plain ``transformer`` for baselines.
@@ -103,7 +98,7 @@ def _make_architecture(aggregation: str, shape: Callable) -> Callable:
 
 
 ARCHITECTURES: Dict[str, Callable] = {}
-for _family, _aggregation in FAMILIES.items():
+for _family, _aggregation in families().items():
     for _shape_name, _shape in SHAPES.items():
         _name = f"transformer_{_family}_{_shape_name}"
         ARCHITECTURES[_name] = register_model_architecture(MODEL_NAME, _name)(

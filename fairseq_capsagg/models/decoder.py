@@ -25,7 +25,7 @@ class CapsAggTransformerDecoder(AggregatingStack, TransformerDecoderBase):
                  output_projection=None):
         super().__init__(cfg, dictionary, embed_tokens, no_encoder_attn=no_encoder_attn,
                          output_projection=output_projection)
-        self.init_aggregator(cfg.decoder.embed_dim, cfg.decoder.layers)
+        self.init_aggregation()
 
     def extract_features(
         self,

@@ -24,7 +24,7 @@ class CapsAggTransformerEncoder(AggregatingStack, TransformerEncoderBase):
 
     def __init__(self, cfg, dictionary, embed_tokens, return_fc: bool = False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.init_aggregator(cfg.encoder.embed_dim, cfg.encoder.layers)
+        self.init_aggregation()
 
     def forward_scriptable(
         self,

@@ -2,7 +2,7 @@
 
 Every input line gives exactly one output line (plain detokenised text, in
 input order), and each line that needed repair gets one message on standard
-error; the repairs are those of :meth:`fairseq_capsagg.hub.CapsAggHubInterface.translate_lines`:
+error; the repairs are those of :meth:`fairseq_capsagg.tools.hub.CapsAggHubInterface.translate_lines`:
 
 * invalid UTF-8 bytes are replaced by U+FFFD; control characters are removed;
 * empty and whitespace-only lines give an empty translation;
@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import BinaryIO, List, Optional, TextIO
 
-from .input_repair import read_batches
+from ..patches.input_repair import read_batches
 
 
 def translate_stream(hub, source: BinaryIO, target: TextIO, errors: TextIO, beam: int, batch_size: int = 16) -> None:

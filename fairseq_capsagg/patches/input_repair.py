@@ -7,9 +7,11 @@ cannot read as it is (``capsagg-translate``, the hub helper and the guard for
 * bytes that are not UTF-8 are replaced by U+FFFD (and so are lone
   surrogates, which Python makes of such bytes under ``surrogateescape``);
 * control characters other than tab are removed;
-* runs of whitespace become one space, and the ends are stripped (for
-  ``fairseq-interactive``, within each tab-separated field, so that
-  ``--constraints`` keeps its fields);
+* runs of whitespace become one space, and the ends are stripped; for
+  ``fairseq-interactive`` (``keep_fields``) only the ends of the line are stripped, as
+  fairseq itself does, so that a whitespace-sensitive ``--bpe`` (``characters``, ``bytes``)
+  reads what it reads without the plugin, and the tab-separated fields of ``--constraints``
+  are kept, empty ones dropped;
 * a source longer than the model's positions keeps its first tokens and EOS.
 
 Each repair is reported as a short note, so that the caller can give one
@@ -42,10 +44,11 @@ def decode_line(raw: Union[bytes, str]) -> Tuple[str, List[str]]:
 def repair_line(raw: Union[bytes, str], keep_fields: bool = False) -> Tuple[str, List[str]]:
     """:func:`decode_line`, then control characters removed and whitespace collapsed.
 
-    With ``keep_fields`` the line is a tab-separated source and its fields (the
-    constraints of ``fairseq-interactive --constraints``): each field is repaired
-    on its own, the tabs between them are kept, and empty fields after the
-    source are dropped (an empty constraint would stop the search).
+    With ``keep_fields`` the line is what ``fairseq-interactive`` reads: a source and,
+    tab-separated, its constraints (``--constraints``). Only the line's ends are stripped
+    (fairseq's own ``strip()``; whitespace inside is left to the tokenizer and ``--bpe``), the
+    tabs are kept, and empty fields after the source are dropped (an empty constraint would
+    stop the search).
     """
     text, notes = decode_line(raw)
     cleaned = "".join(ch for ch in text if ch == "\t" or unicodedata.category(ch) != "Cc")
@@ -53,9 +56,9 @@ def repair_line(raw: Union[bytes, str], keep_fields: bool = False) -> Tuple[str,
         notes.append(CONTROL_CHARACTERS)
     if not keep_fields:
         return " ".join(cleaned.split()), notes
-    source, *fields = [" ".join(field.split()) for field in cleaned.split("\t")]
-    kept = [field for field in fields if field]
-    if len(kept) < len(fields) and (source or kept):
+    source, *fields = cleaned.strip().split("\t")
+    kept = [field for field in fields if field.strip()]
+    if len(kept) < len(fields) and (source.strip() or kept):
         notes.append(EMPTY_FIELDS)
     return "\t".join([source, *kept]), notes
 

@@ -28,8 +28,8 @@ def sha256(path: Path) -> str:
 def unpack_tarball(tarball: Path, dest: Path, expected_sha256: str = DEFAULT_SHA256) -> Path:
     """Checks the tarball's checksum, then unpacks it into ``dest``."""
     if not tarball.is_file():
-        raise CorpusError(f"corpus tarball {tarball} not found; pass --corpus DIR or restore it "
-                          "(git checkout data/)")
+        raise CorpusError(f"corpus tarball {tarball} not found; pass --corpus DIR, or restore it in "
+                          "the repository (git checkout data/): an installed wheel does not carry it")
     if expected_sha256 and sha256(tarball) != expected_sha256:
         raise CorpusError(f"corpus tarball {tarball} is damaged or truncated: its sha256 is not "
                           f"{expected_sha256} (see data/MANIFEST.md)")

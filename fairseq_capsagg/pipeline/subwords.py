@@ -5,7 +5,7 @@ from typing import Iterable, Optional
 
 import sentencepiece as spm
 
-from fairseq_capsagg.evaluation import read_lines
+from ..tools.evaluation import read_lines
 
 from .corpus import LANGS, SPLITS
 

@@ -27,9 +27,10 @@ from typing import Dict, Iterable, List, Optional, Sequence
 import torch
 from fairseq import options, tasks, utils
 
-from . import USER_DIR
-from .models import FAMILIES, SHAPES, CapsAggTransformerModel
-from .models.aggregating_stack import AGGREGATION_MODULES
+from .. import USER_DIR
+from ..aggregators import families
+from ..models import SHAPES, CapsAggTransformerModel
+from ..models.aggregating_stack import AGGREGATION_MODULES
 
 
 
@@ -70,11 +71,11 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
             aggregate = inputs[0].detach().float()
             var = aggregate.var(dim=-1, unbiased=False).mean()
             outputs[side] = {"aggregate_std": float(aggregate.std()),
-                             "normalised_std": float(output.float().std()),
+                             "normalised_std": float(output.detach().float().std()),
                              "eps_share": float(module.eps / (var + module.eps))}
 
         def without_norm(module, inputs, output):
-            outputs[side] = {"aggregate_std": float(output.float().std()), "normalised_std": float("nan"),
+            outputs[side] = {"aggregate_std": float(output.detach().float().std()), "normalised_std": float("nan"),
                              "eps_share": float("nan")}
 
         if norm is not None:
@@ -143,7 +144,7 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a fairseq data-bin with a valid split")
     parser.add_argument("--shapes", nargs="+", choices=tuple(SHAPES), default=list(SHAPES))
-    parser.add_argument("--families", nargs="+", choices=tuple(FAMILIES), default=list(FAMILIES))
+    parser.add_argument("--families", nargs="+", choices=tuple(families()), default=list(families()))
     parser.add_argument("--model-args", default="", help="extra model flags for every architecture")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--max-tokens", type=int, default=2048)

@@ -8,12 +8,15 @@ the batch iterator raise. When the plugin is loaded by ``fairseq-interactive``
 own functions are wrapped:
 
 * ``buffered_read`` reads raw bytes and repairs each line with
-  :func:`fairseq_capsagg.input_repair.repair_line` (U+FFFD for invalid UTF-8,
-  control characters removed, each tab-separated field on its own so that
+  :func:`fairseq_capsagg.patches.input_repair.repair_line` (U+FFFD for invalid UTF-8,
+  control characters removed, only the line's ends stripped as fairseq strips them,
+  the tab-separated fields kept so that
   ``--constraints`` reads the same fields as without the plugin), logging one
   warning for each repaired or empty line;
 * ``make_batches`` truncates a line's source tokens to the model's maximum
-  source positions (keeping EOS) and logs one warning for it.
+  source positions (keeping EOS) and logs one warning for it; under
+  ``--skip-invalid-size-inputs-valid-test`` fairseq skips such a line itself, as it
+  does without the plugin, and the guard only logs that it was skipped.
 
 Every other line is read, batched and printed by fairseq itself, unchanged.
 Warnings name the line as fairseq numbers it in its ``S-``/``H-`` output.
@@ -66,12 +69,18 @@ class InteractiveGuard:
     def make_batches(self, lines: List[str], cfg, task, max_positions, encode_fn) -> Iterator:
         limit = max_positions[0] if isinstance(max_positions, tuple) else max_positions
         encode_lines = task.get_interactive_tokens_and_lengths
+        skip = cfg.dataset.skip_invalid_size_inputs_valid_test  # fairseq's own answer, kept
 
         def encode_and_truncate(lines, encode_fn):
             tokens, lengths = encode_lines(lines, encode_fn)
             if limit is None:
                 return tokens, lengths
             for i, line_id in enumerate(range(self.first_id, self.first_id + len(tokens))):
+                if skip and len(tokens[i]) > limit:
+                    logger.warning("input line %d (H-%d): %d subword tokens, longer than %d; skipped "
+                                   "(--skip-invalid-size-inputs-valid-test)", line_id + 1, line_id,
+                                   len(tokens[i]) - 1, limit - 1)
+                    continue
                 tokens[i], notes = truncate_tokens(tokens[i], limit)
                 if notes:
                     lengths[i] = len(tokens[i])

@@ -5,7 +5,7 @@ import sys
 from types import TracebackType
 from typing import Optional, Type
 
-from .aggregators import AggregationConfigError
+from ..aggregators import AggregationConfigError
 
 
 def _report(exc_type: Type[BaseException], exc: BaseException,

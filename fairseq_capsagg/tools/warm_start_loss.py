@@ -1,6 +1,6 @@
 """Validation loss of aggregation models warm-started from a vanilla Transformer, at step 0.
 
-    python -m fairseq_capsagg.warm_start_loss --path BASELINE.pt --data DATA-BIN \\
+    python -m fairseq_capsagg.tools.warm_start_loss --path BASELINE.pt --data DATA-BIN \\
         --arch transformer_dyncomb_small transformer_emrouting_small \\
         --model-args="--routing-init identity"
 
@@ -22,8 +22,8 @@ from fairseq import checkpoint_utils, utils
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.transformer import TransformerModel
 
-from . import USER_DIR
-from .models import CapsAggTransformerModel
+from .. import USER_DIR
+from ..models import CapsAggTransformerModel
 
 
 def model_flag_parser(model) -> argparse.ArgumentParser:

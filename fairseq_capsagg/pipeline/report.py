@@ -6,7 +6,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from fairseq_capsagg.evaluation import significance_mark
+from ..tools.evaluation import significance_mark
 
 
 def count_checkpoint_parameters(checkpoint: Path) -> int:

@@ -8,9 +8,9 @@ import torch
 from fairseq.hub_utils import GeneratorHubInterface
 from torch import Tensor
 
-from . import USER_DIR
-from .input_repair import EMPTY, repair_line, truncate_tokens
-from .safe_checkpoints import check_checkpoint
+from .. import USER_DIR
+from ..patches.input_repair import EMPTY, repair_line, truncate_tokens
+from ..patches.safe_checkpoints import check_checkpoint
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +21,7 @@ class CapsAggHubInterface(GeneratorHubInterface):
     """fairseq's ``GeneratorHubInterface`` whose ``translate`` survives any input line.
 
     Every line gives one translation: lines that needed repair (see
-    :mod:`fairseq_capsagg.input_repair`), empty lines (translated as ``""``),
+    :mod:`fairseq_capsagg.patches.input_repair`), empty lines (translated as ``""``),
     lines longer than the model's source positions (truncated) and lines whose
     translation fails (``""``) each log one warning naming the line; the other
     lines of the batch are translated as usual.
@@ -85,12 +85,12 @@ def from_pretrained(model_dir: Union[str, Path], checkpoint_file: str = "checkpo
     """``TransformerModel.from_pretrained`` with this plugin's ``user_dir`` filled in.
 
     The checkpoint is first checked for pickled globals beyond those fairseq
-    writes (see :mod:`fairseq_capsagg.safe_checkpoints`); it is then loaded
+    writes (see :mod:`fairseq_capsagg.patches.safe_checkpoints`); it is then loaded
     with torch's ``weights_only=True``.
 
     Example::
 
-        from fairseq_capsagg.hub import from_pretrained
+        from fairseq_capsagg.tools.hub import from_pretrained
         model = from_pretrained("runs/main/checkpoints/emrouting", "checkpoint_last.pt",
                                 data_name_or_path="runs/main/data-bin", bpe="sentencepiece",
                                 sentencepiece_model="runs/main/spm/spm.model")

@@ -1,6 +1,6 @@
 """Parameter counts of every architecture next to the paper's Tables 1 and 2.
 
-Run ``capsagg-params`` (or ``python -m fairseq_capsagg.param_count``). Models
+Run ``capsagg-params`` (or ``python -m fairseq_capsagg.tools.param_count``). Models
 are built on torch's ``meta`` device, so even the big shape costs no memory.
 """
 
@@ -12,8 +12,9 @@ import torch
 from fairseq import options
 from fairseq.data import Dictionary
 
-from . import USER_DIR
-from .models import FAMILIES, SHAPES, CapsAggTransformerModel
+from .. import USER_DIR
+from ..aggregators import families
+from ..models import SHAPES, CapsAggTransformerModel
 
 #: Added parameters reported by Dou et al. (2019), Table 1 (Transformer-Base, WMT14 En-De).
 PAPER_TABLE1_DELTA_M = {"linagg": 14.7, "dyncomb": 25.2, "dynrouting": 37.8, "emrouting": 56.8}
@@ -59,7 +60,7 @@ def parameter_table(vocab_size: int, share: str) -> List[Dict[str, object]]:
         baseline_flags = share_flags + ["--encoder-aggregation", "none", "--decoder-aggregation", "none"]
         baseline = count_parameters(f"transformer_linagg_{shape}", vocab_size, baseline_flags)
         rows.append({"shape": shape, "family": "baseline", "params": baseline, "delta": 0})
-        for family in FAMILIES:
+        for family in families():
             total = count_parameters(f"transformer_{family}_{shape}", vocab_size, share_flags)
             rows.append({"shape": shape, "family": family, "params": total, "delta": total - baseline})
     return rows

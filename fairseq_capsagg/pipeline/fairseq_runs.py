@@ -9,12 +9,28 @@ import time
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from fairseq_capsagg import USER_DIR
-from fairseq_capsagg.models import SMALL_SHAPE, shape_flags
+from .. import USER_DIR
+from ..aggregators import families, family_class
+from ..models import SMALL_SHAPE, shape_flags
 
 BIN = Path(sys.executable).parent
 BASELINE_ARCHS = {"base": "transformer_wmt_en_de", "big": "transformer_vaswani_wmt_en_de_big"}
-SYSTEMS = ("baseline", "linagg", "dyncomb", "dynrouting", "emrouting")
+BASELINE = "baseline"
+
+
+def systems() -> List[str]:
+    """The systems a job can train: the baseline, then every aggregator family."""
+    return [BASELINE, *families()]
+
+
+def label(system: str) -> str:
+    """The system's name in tables, as the paper's Table 1 writes it."""
+    return "Transformer" if system == BASELINE else f"+ {family_class(system).label}"
+
+
+def warm_start_flags(system: str) -> List[str]:
+    """Flags that make a fresh aggregator of ``system`` start as the Transformer (warm starts)."""
+    return [] if system == BASELINE else list(family_class(system).warm_start_flags)
 
 
 def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[Path] = None) -> float:

@@ -1,0 +1,92 @@
+"""The aggregators by name: what flags, architectures, tools and tests are derived from."""
+
+from typing import Dict, List, Optional, Type, TypeVar, Union
+
+from .base import LayerAggregator
+from .settings import AggregationConfigError, Settings, distinct_fields
+
+#: Every registered aggregator class by its :attr:`~LayerAggregator.name`, in registration order.
+AGGREGATORS: Dict[str, Type[LayerAggregator]] = {}
+
+A = TypeVar("A", bound=Type[LayerAggregator])
+
+
+def register_aggregator(cls: A) -> A:
+    """Class decorator: makes ``cls`` a value of ``--{encoder,decoder}-aggregation``.
+
+    Raises:
+        ValueError: the name or family is taken, or its settings redefine another's flag.
+    """
+    if cls.name in AGGREGATORS:
+        raise ValueError(f"aggregator name {cls.name!r} is registered twice")
+    if cls.family and cls.family in families():
+        raise ValueError(f"aggregator family {cls.family!r} is registered twice")
+    distinct_fields([*settings_classes(), cls.Settings])  # same flag, same meaning
+    AGGREGATORS[cls.name] = cls
+    return cls
+
+
+def aggregation_choices() -> List[str]:
+    """The values of ``--encoder-aggregation`` / ``--decoder-aggregation``."""
+    return list(AGGREGATORS)
+
+
+def families() -> Dict[str, str]:
+    """``transformer_{family}_{shape}`` family -> aggregator name, for every aggregator that has one."""
+    return {cls.family: name for name, cls in AGGREGATORS.items() if cls.family}
+
+
+def aggregator_class(name: str, side: str = "") -> Type[LayerAggregator]:
+    """The class registered as ``name``; an unknown name names the flag and the allowed values."""
+    if name not in AGGREGATORS:
+        flag = f"--{side}-aggregation" if side else "aggregation"
+        raise AggregationConfigError(
+            f"{flag}: unknown aggregation {name!r}; choose one of {', '.join(AGGREGATORS)}")
+    return AGGREGATORS[name]
+
+
+def family_class(family: str) -> Type[LayerAggregator]:
+    """The class whose architectures are ``transformer_{family}_{shape}``."""
+    return AGGREGATORS[families()[family]]
+
+
+def settings_classes() -> List[Type[Settings]]:
+    """Each registered aggregator's settings class, once."""
+    return list(dict.fromkeys(cls.Settings for cls in AGGREGATORS.values()))
+
+
+def validate_settings(name: str, values: Union[Settings, object], embed_dim: int, side: str = "") -> Settings:
+    """Checks the settings of aggregator ``name`` (its own dataclass, or a namespace of flags that
+    holds them) at width d and returns them as its dataclass."""
+    cls = aggregator_class(name, side)
+    if isinstance(values, dict):
+        known = {f.name for f in distinct_fields(settings_classes())}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise AggregationConfigError(f"unknown aggregation settings {unknown}; known: {', '.join(sorted(known))}")
+    settings = values if isinstance(values, cls.Settings) else cls.Settings.from_namespace(values)
+    cls.validate(settings, embed_dim, side)
+    return settings
+
+
+def build_aggregator(name: str, embed_dim: int, num_layers: int,
+                     settings: Optional[Union[Settings, object]] = None, side: str = "") -> LayerAggregator:
+    """Builds the aggregator called ``name`` for L = ``num_layers`` outputs of width d.
+
+    Args:
+        name: a registered name (:func:`aggregation_choices`).
+        embed_dim: d.
+        num_layers: L, the number of layer outputs passed to ``forward``.
+        settings: the aggregator's settings dataclass, or a namespace / dict of flag values
+            (fairseq's arguments; values of other aggregators are not read); defaults when None.
+        side: ``encoder`` or ``decoder``; names the flag in errors and the aggregator in faults.
+
+    Raises:
+        AggregationConfigError: for an unknown name or impossible settings.
+    """
+    cls = aggregator_class(name, side)
+    settings = validate_settings(name, cls.Settings() if settings is None else settings, embed_dim, side)
+    cls.check_num_layers(num_layers, side)
+    aggregator = cls.from_settings(embed_dim, num_layers, settings)
+    aggregator.side = side
+    return aggregator

@@ -1,0 +1,26 @@
+"""The plugin's changes to fairseq's own behaviour, all installed by :func:`install`.
+
+* :mod:`.cli_errors`: an uncaught :class:`~fairseq_capsagg.aggregators.AggregationConfigError`
+  prints one ``TOOL: error:`` line instead of a traceback.
+* :mod:`.durable_checkpoints`: fairseq's checkpoint copies (``checkpoint_last.pt``,
+  ``checkpoint_best.pt``) become atomic.
+* :mod:`.safe_checkpoints`: torch's ``weights_only`` loader accepts the few globals fairseq
+  writes into checkpoints, and nothing else.
+* :mod:`.interactive_guard`: ``fairseq-interactive`` keeps translating past lines it cannot read
+  (with :mod:`.input_repair`).
+
+None of them changes what a stock fairseq flag does (see ``tests/test_patches.py``).
+"""
+
+from .cli_errors import install_error_hook
+from .durable_checkpoints import install_atomic_checkpoint_copies
+from .interactive_guard import install_interactive_guard
+from .safe_checkpoints import allow_fairseq_checkpoint_globals
+
+
+def install() -> None:
+    """Installs every patch (idempotent)."""
+    install_error_hook()
+    install_atomic_checkpoint_copies()
+    allow_fairseq_checkpoint_globals()
+    install_interactive_guard()

@@ -1,0 +1,96 @@
+"""What the tests share: paths, console-script runs, tiny models and batches."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+from typing import List, Sequence
+
+import torch
+from fairseq import options
+from fairseq.data import Dictionary
+
+from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.aggregators import families
+from fairseq_capsagg.models import CapsAggTransformerModel
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY_CORPUS = ROOT / "examples" / "data" / "tiny-ende"
+BIN = Path(sys.executable).parent
+
+#: Every ``transformer_{family}_{shape}`` family.
+FAMILIES = list(families())
+
+#: The tiny shape of the command-line tests (``train``).
+TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+        "--decoder-ffn-embed-dim", "64", "--encoder-layers", "3", "--decoder-layers", "3",
+        "--output-capsules", "8"]
+
+
+def run_tool(tool: str, *args: str, stdin: str = None, check: bool = True, timeout: int = 300):
+    """Runs a console script of this environment (fairseq-train, ...) and returns the result."""
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="2")
+    result = subprocess.run([str(BIN / tool), *args], input=stdin, capture_output=True, text=True,
+                            env=env, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{tool} failed ({result.returncode}):\n{result.stderr[-4000:]}")
+    return result
+
+
+def train(data, save_dir, arch, *extra):
+    """Three updates of ``arch`` at the tiny shape through ``fairseq-train``."""
+    return run_tool(
+        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *TINY,
+        "--task", "translation", "--source-lang", "en", "--target-lang", "de", "--cpu",
+        "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3",
+        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
+        "--save-dir", str(save_dir), "--no-epoch-checkpoints", "--log-format", "simple",
+        "--log-interval", "1", "--seed", "1", "--num-workers", "0", *extra,  # later flags win
+    )
+
+
+#: The tiny shape of the models built in-process (``build_tiny_model``).
+TINY_SHAPE = [
+    "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+    "--encoder-ffn-embed-dim", "32", "--decoder-ffn-embed-dim", "32",
+    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+    "--encoder-layers", "3", "--decoder-layers", "3", "--output-capsules", "4",
+]
+
+
+def tiny_dictionary(size: int = 20) -> Dictionary:
+    dictionary = Dictionary()
+    for i in range(size):
+        dictionary.add_symbol(f"w{i}")
+    return dictionary
+
+
+def parse_model_args(arch: str, extra: Sequence[str] = ()):
+    parser = options.get_training_parser()
+    return options.parse_args_and_arch(
+        parser, ["unused-data", "--task", "translation", "--user-dir", USER_DIR, "--arch", arch,
+                 *TINY_SHAPE, *extra],
+    )
+
+
+def build_tiny_model(arch: str, extra: Sequence[str] = (), seed: int = 0, dictionary: Dictionary = None):
+    """Returns (model, dictionary) for ``arch`` at a tiny shape, in eval mode."""
+    torch.manual_seed(seed)
+    args = parse_model_args(arch, extra)
+    dictionary = dictionary or tiny_dictionary()
+    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
+    model = CapsAggTransformerModel.build_model(args, task)
+    return model.eval(), dictionary
+
+
+def random_tokens(dictionary: Dictionary, lengths: List[int], seed: int = 0, bos: bool = False):
+    """Right-padded (B, T) tokens; sentences end with EOS (or start with it when ``bos``)."""
+    g = torch.Generator().manual_seed(seed)
+    width = max(lengths)
+    tokens = torch.full((len(lengths), width), dictionary.pad())
+    for i, n in enumerate(lengths):
+        body = torch.randint(dictionary.nspecial, len(dictionary), (n - 1,), generator=g)
+        end = torch.tensor([dictionary.eos()])
+        tokens[i, :n] = torch.cat([end, body]) if bos else torch.cat([body, end])
+    return tokens
