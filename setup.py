@@ -14,7 +14,7 @@ setup(
     # fairseq itself (fairseq-fixed==0.12.3.1 on Python 3.11) is installed separately with
     # --no-deps: its metadata asks for torchaudio, which would pull a second torch.
     # torch 2.5: torch.serialization.get_unsafe_globals_in_checkpoint (patches/safe_checkpoints.py)
-    install_requires=["torch>=2.5", "numpy", "sacrebleu>=2.0", "sentencepiece", "matplotlib"],
+    install_requires=["torch>=2.5", "numpy", "sacrebleu>=2.0", "sentencepiece", "subword-nmt", "matplotlib"],
     entry_points={"console_scripts": [
         "capsagg-params=fairseq_capsagg.tools.param_count:cli_main",
         "capsagg-translate=fairseq_capsagg.tools.translate:cli_main",

@@ -1,6 +1,7 @@
 """Analytic multiply-add counts per target token, to bound each aggregator's slowdown."""
 
 from dataclasses import dataclass
+from typing import Optional
 
 from fairseq_capsagg.aggregators import aggregator_class, validate_settings
 
@@ -24,9 +25,10 @@ def transformer_macs(s: Shape) -> float:
     return encoder + decoder + s.d * s.vocab
 
 
-def aggregator_macs(name: str, d: int, layers: int, capsules: int, iters: int = 3, ffn: int = 0,
+def aggregator_macs(name: str, d: int, layers: int, capsules: int, iters: Optional[int] = None, ffn: int = 0,
                     rank: int = 0) -> float:
-    """Multiply-adds of aggregator ``name`` per position, as the aggregator declares them."""
+    """Multiply-adds of aggregator ``name`` per position, as the aggregator declares them (``iters``:
+    the routing iterations, by default the aggregator's own default)."""
     settings = validate_settings(name, {"output_capsules": capsules, "routing_iters": iters,
                                         "aggregation_ffn_dim": ffn or None, "capsule_rank": rank}, d)
     return aggregator_class(name).multiply_adds(d, layers, settings)

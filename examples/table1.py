@@ -27,9 +27,15 @@ from pathlib import Path
 from typing import Dict, List, Tuple
 
 from fairseq_capsagg.pipeline import corpus as corpus_mod
-from fairseq_capsagg.pipeline import fairseq_runs
-from fairseq_capsagg.pipeline.main_job import ConfigMismatch, Stages, check_workdir, prepare_data, step0_losses
-from fairseq_capsagg.pipeline.report import format_step0
+from fairseq_capsagg.pipeline import fairseq_runs, report
+from fairseq_capsagg.pipeline.main_job import (
+    ConfigMismatch,
+    Stages,
+    check_workdir,
+    prepare_data,
+    step0_losses,
+    unpack_corpus,
+)
 from fairseq_capsagg.tools import evaluation
 from fairseq_capsagg.tools.evaluation import significance_mark
 
@@ -148,8 +154,6 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
 
 
 def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test):
-    from pipeline import report
-
     work = args.workdir
     hyp_file = work / "translations" / f"{row.name}.txt"
     hyp_file.parent.mkdir(parents=True, exist_ok=True)
@@ -222,20 +226,19 @@ def main(argv=None) -> int:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
     stages = Stages(work)
-    corpus_dir = work / "corpus"
+    # the paper's Table 1 task on the bundled En->De corpus, in sentencepiece subwords
+    args.source_lang, args.target_lang, args.subwords, args.bpe_merges = "en", "de", "sentencepiece", None
+    args.pair = (args.source_lang, args.target_lang)
     try:
-        stages.run("corpus", lambda: corpus_mod.check_corpus_dir(
-            corpus_mod.unpack_tarball(corpus_mod.DEFAULT_TARBALL, corpus_dir)),
-            *[corpus_dir / f"{s}.{l}" for s in corpus_mod.SPLITS for l in corpus_mod.LANGS])
+        corpus_dir = unpack_corpus(corpus_mod.bundled_corpus(args.pair), work / "corpus", args.pair, stages)
     except corpus_mod.CorpusError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    args.corpus = None
     limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
     data_bin = prepare_data(args, corpus_dir, stages, limits)
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "beam": args.beam,
           "decode_batch": 32, "log_interval": 10 if args.quick else 50, "save_interval_updates": args.save_interval,
-          "device_flags": [] if args.gpu else ["--cpu"]}
+          "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair, "remove_bpe": "sentencepiece"}
     num_test = corpus_mod.count_lines(work / "spm" / "test.de")
     raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
 
@@ -260,7 +263,7 @@ def main(argv=None) -> int:
                f"{', --quick subset' if args.quick else ''}); shape {args.shape}; from scratch {args.max_update} "
                f"updates, warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); <= "
                f"{args.max_tokens} tokens per update; lr {args.lr}, warm-up {args.warmup}; {device}; beam {args.beam}.")
-    table = format_tables(rows, results, caption) + ("\n" + format_step0(step0) if step0 else "")
+    table = format_tables(rows, results, caption) + ("\n" + report.format_step0(step0) if step0 else "")
     payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                "results": results, "warm_start_step0": step0}
     (work / "table1.md").write_text(table)

@@ -85,9 +85,10 @@ def test_other_configuration_in_the_same_workdir_is_refused(quick_run):
 
 def test_truncated_tarball_is_refused(tmp_path):
     truncated = tmp_path / "corpus.tar.xz"
-    truncated.write_bytes(corpus_mod.DEFAULT_TARBALL.read_bytes()[:100000])
+    bundled = corpus_mod.bundled_corpus(("en", "de"))
+    truncated.write_bytes(bundled.tarball.read_bytes()[:100000])
     with pytest.raises(corpus_mod.CorpusError, match="damaged or truncated"):
-        corpus_mod.unpack_tarball(truncated, tmp_path / "out")
+        corpus_mod.unpack_tarball(truncated, tmp_path / "out", bundled.sha256)
     with pytest.raises(corpus_mod.CorpusError, match="cannot be unpacked"):
         corpus_mod.unpack_tarball(truncated, tmp_path / "out", expected_sha256="")
 

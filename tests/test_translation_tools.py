@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_capsagg.pipeline.subwords import encode_corpus, train_sentencepiece
+from fairseq_capsagg.pipeline.subwords import encode_corpus, learn, subword_model
 from helpers import ROOT, TINY_CORPUS, run_tool, train
 
 pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
@@ -22,9 +22,8 @@ def tiny_sentencepiece_model(tmp_path_factory):
     """A tiny corpus in sentencepiece subwords, binarised, and EM routing trained for 3 updates on it;
     laid out as the main job lays out its work directory."""
     work = tmp_path_factory.mktemp("tiny-spm")
-    (work / "spm").mkdir()
-    spm_model = train_sentencepiece(TINY_CORPUS, work / "spm" / "spm", vocab_size=300)
-    encode_corpus(TINY_CORPUS, spm_model, work / "subwords", max_train_tokens=256)
+    model = learn(subword_model("sentencepiece", work), TINY_CORPUS, ("en", "de"), 300)
+    encode_corpus(model, TINY_CORPUS, ("en", "de"), work / "subwords", max_train_tokens=256)
     run_tool("fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
              "--trainpref", str(work / "subwords" / "train"),
              "--validpref", str(work / "subwords" / "valid"), "--testpref", str(work / "subwords" / "test"),

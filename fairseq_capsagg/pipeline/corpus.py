@@ -3,14 +3,31 @@
 import hashlib
 import lzma
 import tarfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional, Tuple
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_TARBALL = REPO / "data" / "debian-ende-v1.tar.xz"
-DEFAULT_SHA256 = "14e607bb787e358705752662d3e479116d2dae72657fc7f3142deafc886ea093"
 SPLITS = ("train", "valid", "test")
-LANGS = ("en", "de")
+#: (source, target) language codes, the suffixes of the corpus files.
+Pair = Tuple[str, str]
+
+
+@dataclass(frozen=True)
+class BundledCorpus:
+    """A corpus carried in the repository's ``data/`` (see ``data/MANIFEST.md``)."""
+
+    tarball: Path
+    sha256: str
+
+
+#: The corpora of ``data/``, by language pair; ``--source-lang``/``--target-lang`` choose one.
+BUNDLED: Dict[Pair, BundledCorpus] = {
+    ("en", "de"): BundledCorpus(REPO / "data" / "debian-ende-v1.tar.xz",
+                                "14e607bb787e358705752662d3e479116d2dae72657fc7f3142deafc886ea093"),
+    ("zh", "en"): BundledCorpus(REPO / "data" / "debian-zhen-v1.tar.xz",
+                                "f45e1c7d485f7921eebddff9476c27b34f81d1e0d8557caf261986df69315b85"),
+}
 
 
 class CorpusError(RuntimeError):
@@ -25,8 +42,22 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def unpack_tarball(tarball: Path, dest: Path, expected_sha256: str = DEFAULT_SHA256) -> Path:
-    """Checks the tarball's checksum, then unpacks it into ``dest``."""
+def bundled_corpus(pair: Pair) -> BundledCorpus:
+    """The bundled corpus of ``pair``; for another pair, says which exist and what to pass."""
+    if pair not in BUNDLED:
+        raise CorpusError(
+            f"no bundled corpus for {pair[0]}->{pair[1]} (bundled: "
+            f"{', '.join(f'{s}->{t}' for s, t in BUNDLED)}); pass --corpus with "
+            f"{{train,valid,test}}.{{{pair[0]},{pair[1]}}}")
+    return BUNDLED[pair]
+
+
+def unpack_tarball(tarball: Path, dest: Path, expected_sha256: Optional[str]) -> Path:
+    """Checks the tarball's checksum (unless None or empty), then unpacks it into ``dest``.
+
+    Returns:
+        the directory that holds the files: ``dest``, or the tarball's one top-level folder.
+    """
     if not tarball.is_file():
         raise CorpusError(f"corpus tarball {tarball} not found; pass --corpus DIR, or restore it in "
                           "the repository (git checkout data/): an installed wheel does not carry it")
@@ -35,11 +66,17 @@ def unpack_tarball(tarball: Path, dest: Path, expected_sha256: str = DEFAULT_SHA
                           f"{expected_sha256} (see data/MANIFEST.md)")
     dest.mkdir(parents=True, exist_ok=True)
     try:
-        with tarfile.open(tarball, "r:xz") as tar:
+        with tarfile.open(tarball, "r:*") as tar:
             tar.extractall(dest, filter="data")
-    except (tarfile.TarError, lzma.LZMAError, EOFError) as e:
+    except (tarfile.TarError, lzma.LZMAError, EOFError, OSError) as e:
         raise CorpusError(f"corpus tarball {tarball} cannot be unpacked: {e}") from e
-    return dest
+    entries = list(dest.iterdir())
+    return entries[0] if len(entries) == 1 and entries[0].is_dir() else dest
+
+
+def corpus_languages(corpus: Path) -> List[str]:
+    """The language suffixes of the training files in ``corpus`` (``train.en``, ``train.de``, ...)."""
+    return sorted({p.suffix[1:] for p in corpus.glob("train.*")} - {"origin"})
 
 
 def count_lines(path: Path) -> int:
@@ -47,17 +84,19 @@ def count_lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
-def check_corpus_dir(corpus: Path) -> Dict[str, int]:
-    """Verifies {train,valid,test}.{en,de} exist, are non-empty and line up.
+def check_corpus_dir(corpus: Path, pair: Pair) -> Dict[str, int]:
+    """Verifies {train,valid,test}.{source,target} exist, are non-empty and line up.
 
     Returns:
         the number of sentence pairs of each split.
     """
+    if not corpus.is_dir():
+        raise CorpusError(f"corpus {corpus} is not a directory (or a .tar.* file)")
     problems: List[str] = []
     sizes: Dict[str, int] = {}
     for split in SPLITS:
         counts = {}
-        for lang in LANGS:
+        for lang in pair:
             path = corpus / f"{split}.{lang}"
             if not path.is_file():
                 problems.append(f"{path} is missing")
@@ -65,9 +104,13 @@ def check_corpus_dir(corpus: Path) -> Dict[str, int]:
             counts[lang] = count_lines(path)
             if counts[lang] == 0:
                 problems.append(f"{path} is empty")
-        if len(counts) == 2 and counts["en"] != counts["de"]:
-            problems.append(f"{split}.en has {counts['en']} lines but {split}.de has {counts['de']}")
-        sizes[split] = counts.get("en", 0)
+        if len(counts) == 2 and counts[pair[0]] != counts[pair[1]]:
+            problems.append(f"{split}.{pair[0]} has {counts[pair[0]]} lines but {split}.{pair[1]} has "
+                            f"{counts[pair[1]]}")
+        sizes[split] = counts.get(pair[0], 0)
     if problems:
-        raise CorpusError("corpus " + str(corpus) + " is unusable: " + "; ".join(problems))
+        found = corpus_languages(corpus)
+        languages = (f"; its training files are in {', '.join(found)} (--source-lang/--target-lang are "
+                     f"{pair[0]}/{pair[1]})") if found and set(found) != set(pair) else ""
+        raise CorpusError("corpus " + str(corpus) + " is unusable: " + "; ".join(problems) + languages)
     return sizes

@@ -79,7 +79,7 @@ def train(data_bin: Path, save_dir: Path, system: str, shape: str, max_update: i
     """Trains (or resumes) one system until ``max_update``; returns wall seconds."""
     args = [
         str(data_bin), *arch_flags(system, shape), "--task", "translation",
-        "--source-lang", "en", "--target-lang", "de", "--share-all-embeddings",
+        "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--share-all-embeddings",
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
         "--lr", str(hparams["lr"]), "--lr-scheduler", "inverse_sqrt",
         "--warmup-updates", str(hparams["warmup"]), "--warmup-init-lr", "1e-07",
@@ -134,8 +134,8 @@ def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
              hparams: Dict[str, object], subset: str = "test") -> float:
     """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it."""
     args = [str(data_bin), "--path", str(checkpoint), "--gen-subset", subset, "--task", "translation",
-            "--source-lang", "en", "--target-lang", "de", "--beam", str(hparams["beam"]),
-            "--batch-size", str(hparams["decode_batch"]), "--remove-bpe", "sentencepiece",
+            "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--beam", str(hparams["beam"]),
+            "--batch-size", str(hparams["decode_batch"]), "--remove-bpe", hparams["remove_bpe"],
             "--max-len-a", "1.2", "--max-len-b", "10", "--max-source-positions", "1024",
             "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
             "--user-dir", USER_DIR, *hparams["device_flags"]]

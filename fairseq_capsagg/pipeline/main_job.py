@@ -22,6 +22,8 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
+from sacrebleu.metrics import BLEU
+
 from ..tools import evaluation
 from . import corpus as corpus_mod
 from . import fairseq_runs, report, subwords
@@ -33,10 +35,19 @@ class ConfigMismatch(RuntimeError):
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="main_job", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("runs/main"), help="where every stage writes")
+    p.add_argument("--source-lang", default="en", help="source language: the suffix of the corpus files (default en)")
+    p.add_argument("--target-lang", default="de", help="target language (default de)")
     p.add_argument("--corpus", type=Path, default=None,
-                   help="directory with {train,valid,test}.{en,de}; default: the bundled debian-ende tarball")
+                   help="directory or .tar.* with {train,valid,test}.{SRC,TGT}; default: the bundled corpus of "
+                        f"the pair ({', '.join(f'{s}-{t}' for s, t in corpus_mod.BUNDLED)})")
+    p.add_argument("--subwords", choices=subwords.SUBWORD_METHODS, default="sentencepiece",
+                   help="joint subwords: sentencepiece BPE (default) or subword-nmt BPE (the paper's)")
+    p.add_argument("--bpe-merges", type=int, default=None,
+                   help="subword-nmt: number of merges (default: --vocab-size)")
+    p.add_argument("--sacrebleu-tokenize", choices=list(BLEU.TOKENIZERS), default=None,
+                   help="sacrebleu's BLEU tokenizer (default: zh for a Chinese target, 13a otherwise)")
     p.add_argument("--systems", default="baseline,emrouting",
                    help=f"comma-separated, the first is the reference; from {','.join(fairseq_runs.systems())}")
     p.add_argument("--shape", choices=("small", "base", "big"), default="small")
@@ -57,6 +68,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true",
                    help="a few minutes: 3000 training pairs, 60 test pairs, 1k vocabulary, 40 updates")
     args = p.parse_args(argv)
+    args.pair = (args.source_lang, args.target_lang)
+    if args.source_lang == args.target_lang:
+        p.error(f"--source-lang and --target-lang are both {args.source_lang!r}")
+    if args.bpe_merges is not None and (args.subwords != "subword-nmt" or args.bpe_merges < 1):
+        p.error(f"--bpe-merges {args.bpe_merges}: a positive number of merges, with --subwords subword-nmt")
+    args.sacrebleu_tokenize = args.sacrebleu_tokenize or evaluation.bleu_tokenizer(args.target_lang)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     bad = [s for s in args.systems if s not in fairseq_runs.systems()]
     if bad or not args.systems:
@@ -71,8 +88,10 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
     keys = ["corpus", "shape", "vocab_size", "max_train_tokens", "max_update", "max_tokens", "lr",
             "warmup", "beam", "seed", "quick"]
     config = {k: (str(getattr(args, k)) if isinstance(getattr(args, k), Path) else getattr(args, k)) for k in keys}
-    if args.model_args:
-        config["model_args"] = args.model_args
+    # settings added later are written only when they differ from what earlier work directories used
+    optional = {"model_args": "", "source_lang": "en", "target_lang": "de", "subwords": "sentencepiece",
+                "bpe_merges": None, "sacrebleu_tokenize": "13a"}
+    config.update({k: getattr(args, k) for k, default in optional.items() if getattr(args, k) != default})
     return config
 
 
@@ -114,26 +133,26 @@ class Stages:
 def prepare_data(args: argparse.Namespace, corpus_dir: Path, stages: "Stages", limits) -> Path:
     """Subwords and binarisation of ``corpus_dir`` into ``args.workdir``; returns the data-bin."""
     work = args.workdir
-    spm_prefix = work / "spm" / "spm"
-    spm_model = spm_prefix.with_suffix(".model")
+    model = subwords.subword_model(args.subwords, work)
+    encoded = model.path.parent
 
     def make_subwords():
-        spm_prefix.parent.mkdir(parents=True, exist_ok=True)
-        subwords.train_sentencepiece(corpus_dir, spm_prefix, args.vocab_size,
-                                     max_sentences=20000 if args.quick else 1_000_000)
-        return subwords.encode_corpus(corpus_dir, spm_model, work / "spm", args.max_train_tokens, limits)
+        size = args.bpe_merges or args.vocab_size
+        subwords.learn(model, corpus_dir, args.pair, size, max_sentences=20000 if args.quick else 1_000_000)
+        return subwords.encode_corpus(model, corpus_dir, args.pair, encoded, args.max_train_tokens, limits)
 
-    stages.run("subwords", make_subwords, spm_model)
+    stages.run("subwords", make_subwords, model.path)
     data_bin = work / "data-bin"
 
     def binarise():
         fairseq_runs.run_logged("fairseq-preprocess", [
-            "--source-lang", "en", "--target-lang", "de", "--trainpref", str(work / "spm" / "train"),
-            "--validpref", str(work / "spm" / "valid"), "--testpref", str(work / "spm" / "test"),
-            "--joined-dictionary", "--destdir", str(data_bin), "--workers", "2"], work / "logs" / "preprocess.log")
+            "--source-lang", args.source_lang, "--target-lang", args.target_lang,
+            "--trainpref", str(encoded / "train"), "--validpref", str(encoded / "valid"),
+            "--testpref", str(encoded / "test"), "--joined-dictionary", "--destdir", str(data_bin),
+            "--workers", "2"], work / "logs" / "preprocess.log")
         return {}
 
-    stages.run("binarise", binarise, data_bin / "dict.en.txt")
+    stages.run("binarise", binarise, data_bin / f"dict.{args.source_lang}.txt")
 
     return data_bin
 
@@ -159,16 +178,29 @@ def step0_losses(checkpoint: str, data_bin: Path, shape: str) -> Dict[str, Dict[
     return losses
 
 
+def unpack_corpus(tarball: "corpus_mod.BundledCorpus", dest: Path, pair, stages: "Stages") -> Path:
+    """Unpacks (once) and checks a corpus tarball; returns the directory with its files."""
+    def unpack():
+        directory = corpus_mod.unpack_tarball(tarball.tarball, dest, tarball.sha256)
+        corpus_mod.check_corpus_dir(directory, pair)
+        return {"directory": str(directory)}
+
+    done = stages.run("corpus", unpack, dest)
+    return Path(done["directory"]) if isinstance(done, dict) and "directory" in done else dest
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     work = args.workdir
     try:
         config = config_of(args)
+        tarball = None
         if args.corpus is None:
-            corpus_dir = work / "corpus"
+            tarball = corpus_mod.bundled_corpus(args.pair)
+        elif args.corpus.is_file():
+            tarball = corpus_mod.BundledCorpus(args.corpus, "")  # the user's tarball: no checksum to check
         else:
-            corpus_dir = args.corpus
-            corpus_mod.check_corpus_dir(corpus_dir)
+            corpus_mod.check_corpus_dir(args.corpus, args.pair)
         check_workdir(work, config)
     except (corpus_mod.CorpusError, ConfigMismatch) as e:
         print(f"main_job: error: {e}", file=sys.stderr)
@@ -176,14 +208,12 @@ def main(argv=None) -> int:
     stages = Stages(work)
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "seed": args.seed,
           "beam": args.beam, "decode_batch": 32, "log_interval": 10 if args.quick else 50,
-          "device_flags": [] if args.gpu else ["--cpu"]}
+          "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair,
+          "remove_bpe": subwords.subword_model(args.subwords, work).fairseq_bpe}
     limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
 
     try:
-        if args.corpus is None:
-            stages.run("corpus", lambda: corpus_mod.check_corpus_dir(
-                corpus_mod.unpack_tarball(corpus_mod.DEFAULT_TARBALL, corpus_dir)),
-                *[corpus_dir / f"{s}.{l}" for s in corpus_mod.SPLITS for l in corpus_mod.LANGS])
+        corpus_dir = args.corpus if tarball is None else unpack_corpus(tarball, work / "corpus", args.pair, stages)
     except corpus_mod.CorpusError as e:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
@@ -240,8 +270,10 @@ def main(argv=None) -> int:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
             results["baseline"]["checkpoint"], data_bin, args.shape))
 
-    num_test = corpus_mod.count_lines(work / "spm" / "test.de")
-    raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
+    encoded = subwords.subword_model(args.subwords, work).path.parent
+    num_test = corpus_mod.count_lines(encoded / f"test.{args.target_lang}")
+    raw_refs = evaluation.read_lines(corpus_dir / f"test.{args.target_lang}")[:num_test]
+    tokenize = args.sacrebleu_tokenize
     for name, row in results.items():
         hyp_file = work / "translations" / f"{name}.txt"
         hyp_file.parent.mkdir(parents=True, exist_ok=True)
@@ -251,7 +283,7 @@ def main(argv=None) -> int:
                                           work / "logs" / f"generate-{name}.log", hp)
             hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
             return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                    **evaluation.corpus_scores(hyps, raw_refs),
+                    **evaluation.corpus_scores(hyps, raw_refs, tokenize),
                     "params": report.count_checkpoint_parameters(Path(row["checkpoint"]))}
 
         row.update(stages.run(f"translate and score {name}", translate, hyp_file))
@@ -260,20 +292,23 @@ def main(argv=None) -> int:
     hyps = {name: evaluation.align_hypotheses(
         evaluation.read_generate_output(work / "translations" / f"{name}.txt"), num_test)[0] for name in results}
     names = list(results)
-    boot = evaluation.paired_bootstrap(hyps[names[0]], {n: hyps[n] for n in names[1:]}, raw_refs)
+    boot = evaluation.paired_bootstrap(hyps[names[0]], {n: hyps[n] for n in names[1:]}, raw_refs, tokenize=tokenize)
     rows: List[Dict[str, object]] = []
     for name in names:
         row = dict(results[name])
         if name != names[0]:
-            sign = evaluation.sign_test(hyps[names[0]], hyps[name], raw_refs)
+            sign = evaluation.sign_test(hyps[names[0]], hyps[name], raw_refs, tokenize)
             row.update(delta_bleu=round(row["bleu"] - results[names[0]]["bleu"], 2), bootstrap_p=boot[name],
                        sign_p=sign["p_value"], sign_better=sign["better"], sign_worse=sign["worse"])
         rows.append(row)
     device = "GPU" if args.gpu else "CPU"
-    caption = (f"Test split of {'the bundled debian-ende corpus' if args.corpus is None else args.corpus}"
-               f" ({num_test} sentences{', --quick subset' if args.quick else ''}); shape {args.shape}; "
-               f"{args.max_update} updates of <= {args.max_tokens} tokens; {device}; beam {args.beam}.")
-    path = report.write_report(rows, work, caption, step0)
+    corpus_name = f"the bundled {tarball.tarball.name.split('-v')[0]} corpus" if args.corpus is None else args.corpus
+    signature = evaluation.signatures(tokenize)
+    caption = (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"
+               f" ({num_test} sentences{', --quick subset' if args.quick else ''}); {args.subwords} subwords; "
+               f"shape {args.shape}; {args.max_update} updates of <= {args.max_tokens} tokens; {device}; "
+               f"beam {args.beam}. sacrebleu: BLEU {signature['bleu']}; chrF {signature['chrf']}.")
+    path = report.write_report(rows, work, caption, step0, sacrebleu=signature)
     print(f"[main-job] results written to {path} and {work / 'results.json'}\n")
     print(path.read_text())
     return 0

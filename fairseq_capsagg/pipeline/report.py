@@ -55,9 +55,11 @@ def format_step0(step0: Dict[str, Dict[str, float]]) -> str:
 
 
 def write_report(rows: List[Dict[str, object]], workdir: Path, caption: str,
-                 step0: Optional[Dict[str, Dict[str, float]]] = None) -> Path:
+                 step0: Optional[Dict[str, Dict[str, float]]] = None,
+                 sacrebleu: Optional[Dict[str, str]] = None) -> Path:
+    """results.json (with sacrebleu's signatures) and results.md in ``workdir``."""
     (workdir / "results.json").write_text(json.dumps(
-        {"caption": caption, "rows": rows, "warm_start_step0": step0}, indent=2))
+        {"caption": caption, "sacrebleu": sacrebleu, "rows": rows, "warm_start_step0": step0}, indent=2))
     path = workdir / "results.md"
     path.write_text(format_markdown(rows, caption) + ("\n" + format_step0(step0) if step0 else ""))
     return path

@@ -1,32 +1,95 @@
-"""Joint sentencepiece subwords for source and target."""
+"""Joint subwords for source and target: sentencepiece BPE, or subword-nmt BPE (the paper's).
 
+Either way the model is learnt on both training sides together, applied to every split, and
+the same model serves ``fairseq-generate`` (``--remove-bpe``), ``fairseq-interactive`` and the hub
+(fairseq's own ``--bpe sentencepiece`` / ``--bpe subword_nmt``).
+"""
+
+import itertools
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Dict, Iterable, List, Optional
 
 import sentencepiece as spm
 
 from ..tools.evaluation import read_lines
+from .corpus import SPLITS, Pair
 
-from .corpus import LANGS, SPLITS
-
-
-def train_sentencepiece(corpus: Path, model_prefix: Path, vocab_size: int, max_sentences: int = 1_000_000) -> Path:
-    """Trains one BPE model on the English and German training sides together."""
-    spm.SentencePieceTrainer.train(
-        input=[str(corpus / f"train.{lang}") for lang in LANGS],
-        model_prefix=str(model_prefix),
-        vocab_size=vocab_size,
-        model_type="bpe",
-        character_coverage=1.0,
-        input_sentence_size=max_sentences,
-        shuffle_input_sentence=True,
-        num_threads=2,
-        minloglevel=2,
-    )
-    return model_prefix.with_suffix(".model")
+SUBWORD_METHODS = ("sentencepiece", "subword-nmt")
+#: Languages written without spaces between words, whose many characters need sentencepiece's
+#: character coverage below 1.0 (the rarest characters become <unk> instead of vocabulary).
+CJK_LANGUAGES = frozenset({"zh", "ja", "ko"})
+CJK_CHARACTER_COVERAGE = 0.9995
 
 
-def encode_corpus(corpus: Path, model: Path, dest: Path, max_train_tokens: int,
+@dataclass(frozen=True)
+class SubwordModel:
+    """A learnt subword model: the file fairseq's ``--bpe`` reads, and how fairseq names it."""
+
+    method: str
+    path: Path
+
+    @property
+    def fairseq_bpe(self) -> str:
+        """The value of fairseq's ``--bpe`` and ``--remove-bpe``."""
+        return "sentencepiece" if self.method == "sentencepiece" else "subword_nmt"
+
+    def fairseq_flags(self) -> List[str]:
+        """``fairseq-interactive`` flags that encode raw input and decode the output."""
+        model_flag = "--sentencepiece-model" if self.method == "sentencepiece" else "--bpe-codes"
+        return ["--bpe", self.fairseq_bpe, model_flag, str(self.path)]
+
+    def hub_kwargs(self) -> Dict[str, str]:
+        """Keyword arguments of ``fairseq_capsagg.tools.hub.from_pretrained``."""
+        model_key = "sentencepiece_model" if self.method == "sentencepiece" else "bpe_codes"
+        return {"bpe": self.fairseq_bpe, model_key: str(self.path)}
+
+
+def subword_model(method: str, directory: Path) -> SubwordModel:
+    """Where the main job keeps the model of ``method`` (``spm/spm.model`` or ``bpe/bpe.codes``)."""
+    if method == "sentencepiece":
+        return SubwordModel(method, directory / "spm" / "spm.model")
+    return SubwordModel(method, directory / "bpe" / "bpe.codes")
+
+
+def character_coverage(pair: Pair) -> float:
+    """1.0, or :data:`CJK_CHARACTER_COVERAGE` when either side is Chinese, Japanese or Korean."""
+    return CJK_CHARACTER_COVERAGE if CJK_LANGUAGES & set(pair) else 1.0
+
+
+def learn(model: SubwordModel, corpus: Path, pair: Pair, size: int, max_sentences: int = 1_000_000) -> SubwordModel:
+    """Learns ``model`` jointly on both training sides: a sentencepiece BPE vocabulary of ``size``
+    pieces, or ``size`` subword-nmt merges."""
+    model.path.parent.mkdir(parents=True, exist_ok=True)
+    sources = [corpus / f"train.{lang}" for lang in pair]
+    if model.method == "sentencepiece":
+        spm.SentencePieceTrainer.train(
+            input=[str(path) for path in sources], model_prefix=str(model.path.with_suffix("")),
+            vocab_size=size, model_type="bpe", character_coverage=character_coverage(pair),
+            input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2, minloglevel=2)
+        return model
+    from subword_nmt.learn_bpe import learn_bpe
+
+    lines = itertools.chain.from_iterable(
+        itertools.islice(read_lines(path), max_sentences) for path in sources)
+    with open(model.path, "w", encoding="utf-8") as codes:
+        learn_bpe((line + "\n" for line in lines), codes, size)
+    return model
+
+
+def segmenter(model: SubwordModel):
+    """A function from a raw sentence to its subword tokens."""
+    if model.method == "sentencepiece":
+        processor = spm.SentencePieceProcessor(model_file=str(model.path))
+        return lambda line: processor.encode(line, out_type=str)
+    from subword_nmt.apply_bpe import BPE
+
+    with open(model.path, encoding="utf-8") as codes:
+        bpe = BPE(codes)
+    return lambda line: bpe.process_line(line).split()
+
+
+def encode_corpus(model: SubwordModel, corpus: Path, pair: Pair, dest: Path, max_train_tokens: int,
                   limits: Optional[dict] = None) -> dict:
     """Encodes every split; training pairs longer than ``max_train_tokens`` on either side are dropped.
 
@@ -35,19 +98,17 @@ def encode_corpus(corpus: Path, model: Path, dest: Path, max_train_tokens: int,
     Returns:
         the number of pairs written per split.
     """
-    processor = spm.SentencePieceProcessor(model_file=str(model))
+    segment = segmenter(model)
     dest.mkdir(parents=True, exist_ok=True)
     written = {}
     for split in SPLITS:
         limit = (limits or {}).get(split)
-        sides = {lang: processor.encode(read_lines(corpus / f"{split}.{lang}")[:limit], out_type=str)
-                 for lang in LANGS}
-        keep: Iterable[int] = range(len(sides["en"]))
+        sides = {lang: [segment(line) for line in read_lines(corpus / f"{split}.{lang}")[:limit]] for lang in pair}
+        keep: Iterable[int] = range(len(sides[pair[0]]))
         if split == "train":
-            keep = [i for i in keep if 0 < len(sides["en"][i]) <= max_train_tokens
-                    and 0 < len(sides["de"][i]) <= max_train_tokens]
+            keep = [i for i in keep if all(0 < len(sides[lang][i]) <= max_train_tokens for lang in pair)]
         keep = list(keep)
-        for lang in LANGS:
+        for lang in pair:
             with open(dest / f"{split}.{lang}", "w", encoding="utf-8") as f:
                 f.writelines(" ".join(sides[lang][i]) + "\n" for i in keep)
         written[split] = len(keep)

@@ -46,20 +46,39 @@ def align_hypotheses(hypotheses: Dict[int, str], num_sentences: int) -> Tuple[Li
     return [hypotheses.get(i, "") for i in range(num_sentences)], missing
 
 
-def corpus_scores(hypotheses: Sequence[str], references: Sequence[str]) -> Dict[str, float]:
-    """Detokenised sacrebleu BLEU and chrF."""
-    bleu = BLEU().corpus_score(list(hypotheses), [list(references)])
+#: sacrebleu's BLEU tokenizer for a target language; every other language gets sacrebleu's default.
+BLEU_TOKENIZERS = {"zh": "zh"}
+
+
+def bleu_tokenizer(target_lang: str) -> str:
+    """``zh`` for a Chinese target, ``13a`` (sacrebleu's default, WMT's) otherwise."""
+    return BLEU_TOKENIZERS.get(target_lang, BLEU.TOKENIZER_DEFAULT)
+
+
+def signatures(tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, str]:
+    """sacrebleu's signatures of the BLEU and chrF that :func:`corpus_scores` computes (one reference)."""
+    metrics = {"bleu": BLEU(tokenize=tokenize), "chrf": CHRF()}
+    for metric in metrics.values():
+        metric.corpus_score(["."], [["."]])  # sacrebleu reads the number of references from a scoring
+    return {name: str(metric.get_signature()) for name, metric in metrics.items()}
+
+
+def corpus_scores(hypotheses: Sequence[str], references: Sequence[str],
+                  tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, float]:
+    """Detokenised sacrebleu BLEU (with sacrebleu's ``tokenize``) and chrF."""
+    bleu = BLEU(tokenize=tokenize).corpus_score(list(hypotheses), [list(references)])
     chrf = CHRF().corpus_score(list(hypotheses), [list(references)])
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
 
 
-def sign_test(baseline: Sequence[str], system: Sequence[str], references: Sequence[str]) -> Dict[str, float]:
+def sign_test(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
+              tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, float]:
     """The sign test used by the paper (Collins et al. 2005), on sentence-level BLEU.
 
     Counts the sentences a system translates better or worse than the baseline
     (ties are dropped) and returns the two-sided binomial p-value.
     """
-    bleu = BLEU(effective_order=True)
+    bleu = BLEU(effective_order=True, tokenize=tokenize)
     better = worse = 0
     for base, hyp, ref in zip(baseline, system, references):
         delta = bleu.sentence_score(hyp, [ref]).score - bleu.sentence_score(base, [ref]).score
@@ -70,10 +89,12 @@ def sign_test(baseline: Sequence[str], system: Sequence[str], references: Sequen
 
 
 def paired_bootstrap(baseline: Sequence[str], systems: Dict[str, Sequence[str]],
-                     references: Sequence[str], samples: int = 1000) -> Dict[str, float]:
+                     references: Sequence[str], samples: int = 1000,
+                     tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, float]:
     """sacrebleu's paired bootstrap resampling: p-value of each system against the baseline."""
     named = [("baseline", list(baseline))] + [(name, list(h)) for name, h in systems.items()]
-    _, results = PairedTest(named, {"BLEU": BLEU(references=[list(references)])}, references=None,
+    metric = BLEU(references=[list(references)], tokenize=tokenize)
+    _, results = PairedTest(named, {"BLEU": metric}, references=None,
                             test_type="bs", n_samples=samples)()
     return {name: float(r.p_value) for name, r in zip(results["System"][1:], results["BLEU"][1:])}
 

@@ -37,7 +37,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--model-dir", required=True)
     parser.add_argument("--checkpoint", default="checkpoint_best.pt")
     parser.add_argument("--data", required=True, help="the data-bin directory with the dictionaries")
-    parser.add_argument("--sentencepiece-model", required=True)
+    subwords = parser.add_mutually_exclusive_group(required=True)
+    subwords.add_argument("--sentencepiece-model", help="the model's sentencepiece model (fairseq's --bpe sentencepiece)")
+    subwords.add_argument("--bpe-codes", help="the model's subword-nmt codes (fairseq's --bpe subword_nmt)")
     parser.add_argument("--beam", type=int, default=4)
     parser.add_argument("--input", default="-", help="input file (default: standard input)")
     args = parser.parse_args(argv)
@@ -45,8 +47,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
     from .hub import from_pretrained
 
     try:
-        hub = from_pretrained(args.model_dir, args.checkpoint, data_name_or_path=args.data,
-                              bpe="sentencepiece", sentencepiece_model=args.sentencepiece_model)
+        bpe = ({"bpe": "sentencepiece", "sentencepiece_model": args.sentencepiece_model} if args.sentencepiece_model
+               else {"bpe": "subword_nmt", "bpe_codes": args.bpe_codes})
+        hub = from_pretrained(args.model_dir, args.checkpoint, data_name_or_path=args.data, **bpe)
     except (FileNotFoundError, RuntimeError) as e:
         print(f"capsagg-translate: error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,138 @@
+"""Any language pair through the main job: the bundled Chinese->English corpus, subword-nmt subwords
+end to end (generate, interactive, hub, capsagg-translate), scoring fit for the target, and one
+error line for a corpus or setting that cannot work."""
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
+from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
+from fairseq_capsagg.tools.evaluation import bleu_tokenizer, corpus_scores, signatures
+from helpers import BIN, ROOT, TINY_CORPUS
+
+MAIN_JOB = ROOT / "examples" / "main_job.py"
+CHINESE = ["打开文件。", "无法创建文件 %s", "保存文档"]
+
+
+def main_job(*args, check=True):
+    result = subprocess.run([sys.executable, str(MAIN_JOB), *args], capture_output=True, text=True, timeout=900)
+    if check and result.returncode != 0:
+        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
+    return result
+
+
+def test_scoring_and_subwords_fit_the_script():
+    assert bleu_tokenizer("zh") == "zh" and bleu_tokenizer("en") == bleu_tokenizer("de") == "13a"
+    assert "tok:zh" in signatures("zh")["bleu"] and "tok:13a" in signatures("13a")["bleu"]
+    # the zh tokenizer splits Chinese characters: an unsegmented hypothesis still gets credit
+    assert corpus_scores(["我们打开文件"], ["我们 打开 文件"], "zh")["bleu"] == 100.0
+    assert corpus_scores(["我们打开文件"], ["我们 打开 文件"], "13a")["bleu"] == 0.0
+    assert character_coverage(("zh", "en")) == character_coverage(("en", "zh")) == CJK_CHARACTER_COVERAGE < 1.0
+    assert character_coverage(("en", "de")) == 1.0
+    codes = SubwordModel("subword-nmt", Path("bpe.codes"))
+    assert codes.fairseq_flags() == ["--bpe", "subword_nmt", "--bpe-codes", "bpe.codes"]
+    assert codes.hub_kwargs() == {"bpe": "subword_nmt", "bpe_codes": "bpe.codes"}
+
+
+def test_bundled_chinese_english_corpus_is_checked_and_lines_up(tmp_path):
+    bundled = BUNDLED[("zh", "en")]
+    corpus = unpack_tarball(bundled.tarball, tmp_path, bundled.sha256)
+    assert check_corpus_dir(corpus, ("zh", "en")) == {"train": 99755, "valid": 993, "test": 2000}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags, message", [
+    (["--corpus", str(TINY_CORPUS), "--source-lang", "zh", "--target-lang", "en"],
+     r"corpus .* is unusable: .*train\.zh is missing.*its training files are in de, en \(--source-lang/--target-lang are zh/en\)"),
+    (["--source-lang", "fr", "--target-lang", "en"],
+     r"no bundled corpus for fr->en \(bundled: en->de, zh->en\); pass --corpus with \{train,valid,test\}\.\{fr,en\}"),
+    (["--subwords", "wordpiece"],
+     r"argument --subwords: invalid choice: 'wordpiece' \(choose from 'sentencepiece', 'subword-nmt'\)"),
+    (["--bpe-merges", "100"], r"--bpe-merges 100: a positive number of merges, with --subwords subword-nmt"),
+    (["--source-lang", "de", "--target-lang", "de"], r"--source-lang and --target-lang are both 'de'"),
+])
+def test_bad_pair_or_subwords_is_one_error_line(flags, message, tmp_path):
+    result = main_job(*flags, "--workdir", str(tmp_path / "work"), check=False)
+    errors = [line for line in result.stderr.splitlines() if "error" in line]
+    assert result.returncode == 2 and len(errors) == 1, result.stderr[-2000:]
+    assert re.search(r"main_job: error: " + message, errors[0]), errors[0]
+    assert not (tmp_path / "work" / "corpus").exists() and not (tmp_path / "work" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_mismatched_line_counts_in_another_pair(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    for split in ("train", "valid", "test"):
+        shutil.copy(TINY_CORPUS / f"{split}.en", corpus / f"{split}.en")
+        shutil.copy(TINY_CORPUS / f"{split}.de", corpus / f"{split}.fr")
+    with open(corpus / "test.fr", "a") as f:
+        f.write("une ligne de trop\n")
+    result = main_job("--corpus", str(corpus), "--source-lang", "fr", "--target-lang", "en",
+                      "--workdir", str(tmp_path / "work"), check=False)
+    assert result.returncode == 2 and "main_job: error: " in result.stderr
+    assert "test.fr has 41 lines but test.en has 40" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def chinese_quick_run(tmp_path_factory):
+    """The Chinese->English pair, --quick, subword-nmt subwords, EM routing only."""
+    workdir = tmp_path_factory.mktemp("zhen")
+    main_job("--quick", "--source-lang", "zh", "--target-lang", "en", "--subwords", "subword-nmt",
+             "--systems", "emrouting", "--no-equal-time", "--workdir", str(workdir))
+    return workdir
+
+
+@pytest.mark.slow
+def test_chinese_english_quick_run_with_subword_nmt(chinese_quick_run):
+    workdir = chinese_quick_run
+    results = json.loads((workdir / "results.json").read_text())
+    assert "tok:13a" in results["sacrebleu"]["bleu"] and "nrefs:1" in results["sacrebleu"]["chrf"]
+    assert results["caption"].startswith("zh->en, test split of the bundled debian-zhen corpus")
+    assert "subword-nmt subwords" in results["caption"] and "tok:13a" in results["caption"]
+    assert results["rows"][0]["system"] == "emrouting" and 0 <= results["rows"][0]["bleu"] <= 100
+    assert (workdir / "data-bin" / "dict.zh.txt").exists() and (workdir / "bpe" / "bpe.codes").exists()
+    assert "@@ " in (workdir / "bpe" / "train.zh").read_text(encoding="utf-8")
+    hypotheses = [line for line in (workdir / "translations" / "emrouting.txt").read_text().splitlines()
+                  if line.startswith("D-")]
+    # fairseq-generate skips sentences it cannot fit; the job aligns by id and lists them
+    assert len(hypotheses) + len(results["rows"][0]["untranslated_ids"]) == 60 and len(hypotheses) >= 50
+    assert not any("@@" in line for line in hypotheses)  # --remove-bpe subword_nmt
+
+
+@pytest.mark.slow
+def test_subword_nmt_model_in_interactive_hub_and_translate(chinese_quick_run):
+    workdir = chinese_quick_run
+    checkpoint = workdir / "checkpoints" / "emrouting" / "checkpoint_last.pt"
+    codes = workdir / "bpe" / "bpe.codes"
+    interactive = subprocess.run(
+        [str(BIN / "fairseq-interactive"), str(workdir / "data-bin"), "--user-dir", USER_DIR, "--path",
+         str(checkpoint), "--source-lang", "zh", "--target-lang", "en", "--bpe", "subword_nmt", "--bpe-codes",
+         str(codes), "--beam", "2", "--max-len-b", "8", "--cpu"],
+        input="\n".join(CHINESE) + "\n", capture_output=True, text=True, timeout=300)
+    assert interactive.returncode == 0, interactive.stderr[-2000:]
+    sources = re.findall(r"^S-\d+\t(.*)$", interactive.stdout, flags=re.M)
+    assert len(sources) == 3 and all("@@" in s for s in sources)  # the codes segment the Chinese input
+    assert len(re.findall(r"^D-\d+\t", interactive.stdout, flags=re.M)) == 3
+    assert not any("@@" in line for line in re.findall(r"^D-\d+\t.*$", interactive.stdout, flags=re.M))
+
+    from fairseq_capsagg.tools.hub import from_pretrained
+
+    hub = from_pretrained(checkpoint.parent, checkpoint.name, data_name_or_path=workdir / "data-bin",
+                          bpe="subword_nmt", bpe_codes=str(codes))
+    out = hub.translate(CHINESE, beam=2)
+    assert len(out) == 3 and all(isinstance(s, str) and "@@" not in s for s in out)
+
+    translated = subprocess.run(
+        [str(BIN / "capsagg-translate"), "--model-dir", str(checkpoint.parent), "--checkpoint", checkpoint.name,
+         "--data", str(workdir / "data-bin"), "--bpe-codes", str(codes), "--beam", "2"],
+        input="\n".join(CHINESE) + "\n", capture_output=True, text=True, timeout=300)
+    assert translated.returncode == 0, translated.stderr[-2000:]
+    assert translated.stdout.split("\n")[:3] == out
