@@ -12,7 +12,7 @@ import torch.multiprocessing as mp
 
 import ddp_worker
 from fairseq_capsagg import USER_DIR
-from helpers import BIN, TINY
+from helpers import TINY
 
 pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 

@@ -1,11 +1,9 @@
 """The main job's --quick mode end to end, its resumability and its refusals."""
 
 import json
-import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

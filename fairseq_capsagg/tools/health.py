@@ -25,7 +25,7 @@ import math
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
-from fairseq import options, tasks, utils
+from fairseq import options, tasks
 
 from .. import USER_DIR
 from ..aggregators import families
