@@ -67,6 +67,9 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
         # the measurement behind the default --aggregation-layer-norm on (pre-norm shapes)
         rows.append(Row("scratch-emrouting-rawlayers-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
                         ("--aggregation-layer-norm", "off")))
+        # the identity start from scratch: input capsules and votes that carry H^L, as in the warm rows
+        rows.append(Row("scratch-emrouting-identity-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        tuple(fairseq_runs.warm_start_flags("emrouting"))))
     return rows
 
 
