@@ -14,18 +14,19 @@ Pair = Tuple[str, str]
 
 
 @dataclass(frozen=True)
-class BundledCorpus:
-    """A corpus carried in the repository's ``data/`` (see ``data/MANIFEST.md``)."""
+class CorpusTarball:
+    """A corpus tarball and its sha256 ("" for a user's tarball, which is not checked)."""
 
     tarball: Path
     sha256: str
 
 
-#: The corpora of ``data/``, by language pair; ``--source-lang``/``--target-lang`` choose one.
-BUNDLED: Dict[Pair, BundledCorpus] = {
-    ("en", "de"): BundledCorpus(REPO / "data" / "debian-ende-v1.tar.xz",
+#: The corpora carried in the repository's ``data/`` (``data/MANIFEST.md``), by language pair;
+#: ``--source-lang``/``--target-lang`` choose one.
+BUNDLED: Dict[Pair, CorpusTarball] = {
+    ("en", "de"): CorpusTarball(REPO / "data" / "debian-ende-v1.tar.xz",
                                 "14e607bb787e358705752662d3e479116d2dae72657fc7f3142deafc886ea093"),
-    ("zh", "en"): BundledCorpus(REPO / "data" / "debian-zhen-v1.tar.xz",
+    ("zh", "en"): CorpusTarball(REPO / "data" / "debian-zhen-v1.tar.xz",
                                 "f45e1c7d485f7921eebddff9476c27b34f81d1e0d8557caf261986df69315b85"),
 }
 
@@ -42,7 +43,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def bundled_corpus(pair: Pair) -> BundledCorpus:
+def bundled_corpus(pair: Pair) -> CorpusTarball:
     """The bundled corpus of ``pair``; for another pair, says which exist and what to pass."""
     if pair not in BUNDLED:
         raise CorpusError(

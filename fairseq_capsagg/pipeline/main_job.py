@@ -178,7 +178,7 @@ def step0_losses(checkpoint: str, data_bin: Path, shape: str) -> Dict[str, Dict[
     return losses
 
 
-def unpack_corpus(tarball: "corpus_mod.BundledCorpus", dest: Path, pair, stages: "Stages") -> Path:
+def unpack_corpus(tarball: "corpus_mod.CorpusTarball", dest: Path, pair, stages: "Stages") -> Path:
     """Unpacks (once) and checks a corpus tarball; returns the directory with its files."""
     def unpack():
         directory = corpus_mod.unpack_tarball(tarball.tarball, dest, tarball.sha256)
@@ -186,7 +186,8 @@ def unpack_corpus(tarball: "corpus_mod.BundledCorpus", dest: Path, pair, stages:
         return {"directory": str(directory)}
 
     done = stages.run("corpus", unpack, dest)
-    return Path(done["directory"]) if isinstance(done, dict) and "directory" in done else dest
+    # work directories from before tarballs with a top-level folder were accepted recorded split sizes only
+    return Path(done["directory"]) if "directory" in done else dest
 
 
 def main(argv=None) -> int:
@@ -198,7 +199,7 @@ def main(argv=None) -> int:
         if args.corpus is None:
             tarball = corpus_mod.bundled_corpus(args.pair)
         elif args.corpus.is_file():
-            tarball = corpus_mod.BundledCorpus(args.corpus, "")  # the user's tarball: no checksum to check
+            tarball = corpus_mod.CorpusTarball(args.corpus, "")  # the user's tarball: no checksum to check
         else:
             corpus_mod.check_corpus_dir(args.corpus, args.pair)
         check_workdir(work, config)
