@@ -12,7 +12,6 @@ from ..aggregators import (
     LayerAggregator,
     Settings,
     aggregation_choices,
-    aggregator_class,
     build_aggregator,
     setting,
     validate_settings,
@@ -61,11 +60,9 @@ def validate_aggregation(args: Any) -> None:
     """
     sides = aggregating_sides(args)
     StackSettings.from_namespace(args).validate(sides)
-    for side in SIDES:
-        aggregator_class(getattr(args, f"{side}_aggregation"), side)
     for side in sides:
         name = getattr(args, f"{side}_aggregation")
-        validate_settings(name, args, getattr(args, f"{side}_embed_dim"), side)
+        validate_settings(name, args, getattr(args, f"{side}_embed_dim"), side)  # an unknown name too
         if getattr(args, f"{side}_layerdrop") > 0:
             raise AggregationConfigError(
                 f"--{side}-layerdrop must be 0 with --{side}-aggregation {name}: "

@@ -207,10 +207,11 @@ def main(argv=None) -> int:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
     stages = Stages(work)
+    subword = subwords.subword_model(args.subwords, work)
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "seed": args.seed,
           "beam": args.beam, "decode_batch": 32, "log_interval": 10 if args.quick else 50,
           "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair,
-          "remove_bpe": subwords.subword_model(args.subwords, work).fairseq_bpe}
+          "remove_bpe": subword.fairseq_bpe}
     limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
 
     try:
@@ -271,7 +272,7 @@ def main(argv=None) -> int:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
             results["baseline"]["checkpoint"], data_bin, args.shape))
 
-    encoded = subwords.subword_model(args.subwords, work).path.parent
+    encoded = subword.path.parent
     num_test = corpus_mod.count_lines(encoded / f"test.{args.target_lang}")
     raw_refs = evaluation.read_lines(corpus_dir / f"test.{args.target_lang}")[:num_test]
     tokenize = args.sacrebleu_tokenize
