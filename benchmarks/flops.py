@@ -27,11 +27,15 @@ def transformer_macs(s: Shape) -> float:
 
 def aggregator_macs(name: str, d: int, layers: int, capsules: int, iters: Optional[int] = None, ffn: int = 0,
                     rank: int = 0) -> float:
-    """Multiply-adds of aggregator ``name`` per position, as the aggregator declares them (``iters``:
-    the routing iterations, by default the aggregator's own default)."""
+    """Multiply-adds per position of aggregator ``name`` placed as in its architectures (at the
+    stack's output over ``layers`` layers, or after each of ``layers`` blocks), as the aggregator
+    declares them (``iters``: the routing iterations, by default the aggregator's own default)."""
+    cls = aggregator_class(name)
     settings = validate_settings(name, {"output_capsules": capsules, "routing_iters": iters,
                                         "aggregation_ffn_dim": ffn or None, "capsule_rank": rank}, d)
-    return aggregator_class(name).multiply_adds(d, layers, settings)
+    if cls.architecture_placement == "between-blocks":
+        return cls.between_blocks_multiply_adds(d, layers, settings)
+    return cls.multiply_adds(d, layers, settings)
 
 
 def flop_bound(baseline: float, added: float) -> float:

@@ -44,10 +44,9 @@ def measure(args) -> dict:
     device = torch.device(args.device)
     if device.type == "cpu":
         torch.set_num_threads(args.threads)
-    aggregation = SYSTEMS[args.system]
-    family = "linagg" if args.system == "baseline" else args.system
-    flags = ["--encoder-aggregation", aggregation, "--decoder-aggregation", aggregation,
-             "--capsule-rank", str(args.capsule_rank), *args.model_args.split()]
+    family = "linagg" if args.system == "baseline" else args.system  # each family's own placement
+    vanilla = ["--encoder-aggregation", "none", "--decoder-aggregation", "none"] if args.system == "baseline" else []
+    flags = [*vanilla, "--capsule-rank", str(args.capsule_rank), *args.model_args.split()]
     parsed = options.parse_args_and_arch(options.get_training_parser(), [
         "x", "--task", "translation", "--user-dir", USER_DIR, "--arch", f"transformer_{family}_{args.shape}",
         "--share-all-embeddings", "--dropout", "0.1", *flags])

@@ -1,5 +1,7 @@
 #!/usr/bin/env python
-"""The paper's Table 1 on the bundled corpus, under both protocols, resumably.
+"""The paper's Table 1 on the bundled corpus, under both protocols, and its peers, resumably.
+
+``--table paper`` (default), the paper's Table 1:
 
 * From scratch: the Transformer and the four aggregators trained for the same number of updates
   (the first two seeds of the baseline and of EM routing, so the noise is on the page).
@@ -8,9 +10,18 @@
   output ramped in over ``--ramp-updates``) and trained ``--warm-updates`` more updates, against
   the baseline trained the same number of updates more (fresh optimizer and warm-up for every row).
 
+``--table peers``, routing against the dense connections that came after it (DenseFormer's DWA,
+attention over depth, MUDD), all from scratch against the same baseline rows:
+
+* equal updates (two seeds of the baseline and of EM routing);
+* equal wall-clock: each system trained for as long as the baseline's ``--max-update`` updates
+  take, its number of updates fixed in advance from the training-speed ratios of
+  ``--speed-json`` (``benchmarks/speed.py`` on this machine, the same shape).
+
     python examples/table1.py                         # every row, ~4 h on 2 CPU cores
     python examples/table1.py --rows scratch-baseline-s1,warm-baseline    # some rows only
     python examples/table1.py --report-only --publish docs/results        # tables of the rows done
+    python examples/table1.py --table peers --publish docs/results        # the peers (same workdir)
 
 Every row trains in its own directory and saves every ``--save-interval`` updates, so an
 interrupted run resumes where it stopped; finished rows are skipped. The tables list every row,
@@ -50,6 +61,11 @@ class Row:
     seed: int
     reference: str  # the row it is compared with
     flags: Tuple[str, ...] = ()  # model flags of this row only (an ablation)
+    max_update: int = 0  # its own --max-update (equal wall-clock rows); 0: its protocol's
+
+
+#: The tables this script writes: its file name stem and the title of each protocol.
+TABLES = {"paper": "table1", "peers": "peers"}
 
 
 def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
@@ -73,11 +89,52 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
     return rows
 
 
+def peer_rows(systems: List[str], second_seed: List[str], max_update: int,
+              speed_ratios: Dict[str, float]) -> List[Row]:
+    """The peers table: every system from scratch at equal updates, then at equal wall-clock."""
+    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1")]
+    aggregators = [s for s in systems if s != "baseline"]
+    rows += [Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1") for system in aggregators]
+    rows += [Row(f"scratch-{system}-s2", system, "scratch", 2, "scratch-baseline-s1") for system in second_seed]
+    for system in aggregators:
+        updates = max(1, round(max_update * speed_ratios[system]))
+        rows.append(Row(f"time-{system}-s1", system, "time", 1, "scratch-baseline-s1", max_update=updates))
+    return rows
+
+
+def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, float]:
+    """Training-speed ratio to the baseline of each system at ``shape``, from ``benchmarks/speed.py``'s JSON.
+
+    Raises:
+        ValueError: the file is missing or lacks a system.
+    """
+    if not path.is_file():
+        raise ValueError(f"--speed-json: {path} does not exist; run python benchmarks/speed.py --shapes {shape}")
+    rows = {r["system"]: r for r in json.loads(path.read_text())["rows"] if r["shape"] == shape}
+    missing = [s for s in systems if s not in rows]
+    if missing:
+        raise ValueError(f"--speed-json: {path} has no {shape} row for {', '.join(missing)}; run python "
+                         f"benchmarks/speed.py --shapes {shape} --systems baseline {' '.join(missing)}")
+    return {s: rows[s]["train_tokens_per_s_ratio"] for s in systems}
+
+
+def rows_of(args: argparse.Namespace) -> List[Row]:
+    if args.table == "paper":
+        return table_rows(args.systems, args.second_seed)
+    return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
+
+
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=Path("runs/table1"))
-    p.add_argument("--systems", default=",".join(fairseq_runs.systems()),
-                   help=f"comma-separated, from {','.join(fairseq_runs.systems())}")
+    p.add_argument("--table", choices=tuple(TABLES), default="paper",
+                   help="the paper's Table 1, or routing against its peers (rows from scratch are shared)")
+    p.add_argument("--systems", default=None,
+                   help=f"comma-separated, from {','.join(fairseq_runs.systems())} (default: the paper's "
+                        f"{','.join(fairseq_runs.paper_systems())}; with --table peers: baseline,emrouting,"
+                        f"{','.join(fairseq_runs.peer_systems())})")
+    p.add_argument("--speed-json", type=Path, default=Path("benchmarks/results/speed.json"),
+                   help="--table peers: training-speed ratios that fix the updates of the equal wall-clock rows")
     p.add_argument("--second-seed", default="baseline,emrouting",
                    help="systems also trained from scratch with seed 2 ('' for none)")
     p.add_argument("--rows", default="", help="train only these rows (comma-separated names); default all")
@@ -96,26 +153,35 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--model-args", default="", help="extra fairseq-train flags of every aggregator row")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
-                   help="also write the tables as DIR/table1-{cpu,gpu}.{md,json}")
+                   help="also write the tables as DIR/{table1,peers}-{cpu,gpu}.{md,json}")
     p.add_argument("--gpu", action="store_true")
     p.add_argument("--quick", action="store_true", help="minutes: 3000 pairs, 60 test, 30 updates, 1k vocabulary")
     args = p.parse_args(argv)
+    if args.systems is None:
+        args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
+                                else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
     for key in ("systems", "second_seed", "rows"):
         setattr(args, key, [s.strip() for s in getattr(args, key).split(",") if s.strip()])
     bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.systems()]
     if bad or "baseline" not in args.systems:
         p.error(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
                 f"{', '.join(fairseq_runs.systems())} (baseline is required)")
-    names = [row.name for row in table_rows(args.systems, args.second_seed)]
-    unknown = [r for r in args.rows if r not in names]
-    if unknown:
-        p.error(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
     if args.warm_updates < 1 or args.max_update < 1 or args.ramp_updates < 0:
         p.error("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
     if args.quick:
         args.vocab_size, args.max_update, args.warm_updates, args.warmup = 1000, 30, 20, 10
         args.ramp_updates = min(args.ramp_updates, 10)
         args.max_tokens = min(args.max_tokens, 2048)
+    args.speed_ratios = {}
+    if args.table == "peers":
+        try:
+            args.speed_ratios = read_speed_ratios(args.speed_json, args.shape, args.systems)
+        except ValueError as e:
+            p.error(str(e))
+    names = [row.name for row in rows_of(args)]
+    unknown = [r for r in args.rows if r not in names]
+    if unknown:
+        p.error(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
     return args
 
 
@@ -141,7 +207,7 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
     work = args.workdir
     save_dir = work / "checkpoints" / row.name
     log = work / "logs" / f"train-{row.name}.log"
-    max_update = args.max_update if row.protocol == "scratch" else args.warm_updates
+    max_update = row.max_update or (args.warm_updates if row.protocol == "warm" else args.max_update)
     baseline = work / "checkpoints" / "scratch-baseline-s1" / "checkpoint_last.pt"
 
     def run():
@@ -186,14 +252,18 @@ def compare(rows: List[Row], results: Dict[str, Dict[str, object]], work: Path, 
                    delta_params=res["params"] - ref["params"])
 
 
-def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str) -> str:
+def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
+                  args: argparse.Namespace) -> str:
     header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped "
               "| BLEU | Δ BLEU | chrF | bootstrap p | sign test p (better/worse) |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
-              "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)"}
+              "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)",
+              "time": f"From scratch, equal wall-clock: the time of the baseline's {args.max_update} updates, the "
+                      f"updates fixed from the training-speed ratios of `{args.speed_json}` "
+                      "(against `scratch-baseline-s1`)"}
     out = [caption, ""]
-    for protocol in ("scratch", "warm"):
+    for protocol in dict.fromkeys(row.protocol for row in rows):
         out += [f"### {titles[protocol]}", "", header]
         for row in (r for r in rows if r.protocol == protocol):
             label = fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
@@ -245,7 +315,7 @@ def main(argv=None) -> int:
     num_test = corpus_mod.count_lines(work / "spm" / "test.de")
     raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
 
-    rows = table_rows(args.systems, args.second_seed)
+    rows = rows_of(args)
     results: Dict[str, Dict[str, object]] = {}
     for row in rows:
         done = f"translate and score {row.name}" in stages.done
@@ -258,23 +328,28 @@ def main(argv=None) -> int:
                                  "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
     compare(rows, results, work, raw_refs, num_test)
     step0 = None
-    if "scratch-baseline-s1" in results:
+    if args.table == "paper" and "scratch-baseline-s1" in results:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
             results["scratch-baseline-s1"]["checkpoint"], data_bin, args.shape))
     device = "GPU" if args.gpu else "CPU"
+    warm = (f"warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); " if args.table == "paper"
+            else "")
     caption = (f"Test split of the bundled debian-ende corpus ({num_test} sentences"
                f"{', --quick subset' if args.quick else ''}); shape {args.shape}; from scratch {args.max_update} "
-               f"updates, warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); <= "
-               f"{args.max_tokens} tokens per update; lr {args.lr}, warm-up {args.warmup}; {device}; beam {args.beam}.")
-    table = format_tables(rows, results, caption) + ("\n" + report.format_step0(step0) if step0 else "")
+               f"updates, {warm}<= {args.max_tokens} tokens per update; lr {args.lr}, warm-up {args.warmup}; "
+               f"{device}; beam {args.beam}.")
+    table = format_tables(rows, results, caption, args) + ("\n" + report.format_step0(step0) if step0 else "")
     payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                "results": results, "warm_start_step0": step0}
-    (work / "table1.md").write_text(table)
-    (work / "table1.json").write_text(json.dumps(payload, indent=2))
+    if args.table == "peers":
+        payload["speed_ratios"] = {"source": str(args.speed_json), "ratios": args.speed_ratios}
+    stem = TABLES[args.table]
+    (work / f"{stem}.md").write_text(table)
+    (work / f"{stem}.json").write_text(json.dumps(payload, indent=2))
     if args.publish is not None:
         args.publish.mkdir(parents=True, exist_ok=True)
         for ext in ("md", "json"):
-            shutil.copy2(work / f"table1.{ext}", args.publish / f"table1-{device.lower()}.{ext}")
+            shutil.copy2(work / f"{stem}.{ext}", args.publish / f"{stem}-{device.lower()}.{ext}")
     print(table)
     return 0
 

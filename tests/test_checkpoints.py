@@ -9,6 +9,7 @@ from fairseq import checkpoint_utils
 from fairseq.data import Dictionary
 
 from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.aggregators import family_class
 from fairseq_capsagg.patches.safe_checkpoints import UnsafeCheckpointError, check_checkpoint
 from helpers import FAMILIES, TINY, build_tiny_model, run_tool, train
 
@@ -43,9 +44,12 @@ def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_chec
     loaded = model.state_dict()
     shared = [k for k in loaded if k in vanilla]
     new = [k for k in loaded if k not in vanilla]
-    # the aggregator and (pre-norm, --aggregation-layer-norm on) the LayerNorm of each aggregated layer
-    assert new and all(".aggregator." in k or ".layer_norms." in k for k in new)
-    assert any(".aggregator." in k for k in new) and any(".layer_norms." in k for k in new)
+    if family_class(family).architecture_placement == "between-blocks":
+        assert new and all(".dense_connections." in k for k in new)  # the connections only
+    else:
+        # the aggregator and (pre-norm, --aggregation-layer-norm on) the LayerNorm of each aggregated layer
+        assert new and all(".aggregator." in k or ".layer_norms." in k for k in new)
+        assert any(".aggregator." in k for k in new) and any(".layer_norms." in k for k in new)
     for k in shared:
         torch.testing.assert_close(loaded[k], vanilla[k], rtol=0, atol=0, msg=k)
     for k in new:

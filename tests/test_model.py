@@ -11,10 +11,10 @@ NORMS = {"post-norm": [], "pre-norm": ["--encoder-normalize-before", "--decoder-
 
 
 def perturb(model):
-    """Moves aggregators away from their top-layer initialisation."""
+    """Moves aggregators and dense connections away from their top-layer initialisation."""
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if ".aggregator." in name:
+            if ".aggregator." in name or ".dense_connections." in name:
                 p.add_(0.2 * torch.randn_like(p))
 
 

@@ -18,6 +18,7 @@ from fairseq_capsagg.aggregators import (
     Settings,
     aggregation_choices,
     build_aggregator,
+    dense_connection_choices,
     families,
     register_aggregator,
     setting,
@@ -29,9 +30,11 @@ from helpers import ROOT, parse_model_args
 
 
 def test_choices_families_and_architectures_come_from_the_registry():
-    assert aggregation_choices() == ["none", "linear", "dynamic", "dynamic-routing", "em-routing"]
+    assert aggregation_choices() == ["none", "linear", "dynamic", "dynamic-routing", "em-routing",
+                                     "dwa", "depth-attention", "mudd"]
+    assert dense_connection_choices() == ["none", "dwa", "depth-attention", "mudd"]
     assert families() == {"linagg": "linear", "dyncomb": "dynamic", "dynrouting": "dynamic-routing",
-                          "emrouting": "em-routing"}
+                          "emrouting": "em-routing", "dwa": "dwa", "depthattn": "depth-attention", "mudd": "mudd"}
     assert sorted(ARCHITECTURES) == sorted(f"transformer_{f}_{s}" for f in families() for s in ("base", "big", "small"))
 
 

@@ -52,7 +52,42 @@ def test_warm_started_routing_begins_at_the_baselines_loss(quick_table):
         assert step0[f"{arch} (identity + ramp)"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
 
 
+def test_warm_started_dense_connections_begin_at_the_baselines_loss(quick_table):
+    step0 = json.loads((quick_table / "table1.json").read_text())["warm_start_step0"]
+    for family in ("dwa", "depthattn", "mudd"):
+        assert step0[f"transformer_{family}_small"] == step0["baseline"]
+
+
 def test_finished_rows_are_not_trained_again(quick_table, tmp_path):
     result = table1("--quick", "--workdir", str(quick_table), "--rows", ROWS, "--publish", str(tmp_path))
     assert "[main-job] train warm-emrouting ..." not in result.stdout
     assert (tmp_path / "table1-cpu.md").read_text() == (quick_table / "table1.md").read_text()
+
+
+def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tmp_path):
+    speed = tmp_path / "speed.json"
+    ratios = {"baseline": 1.0, "emrouting": 0.5, "dwa": 0.8, "depthattn": 0.9, "mudd": 0.85}
+    speed.write_text(json.dumps({"rows": [{"shape": "small", "system": s, "train_tokens_per_s_ratio": r}
+                                          for s, r in ratios.items()]}))
+    result = table1("--quick", "--workdir", str(quick_table), "--table", "peers", "--speed-json", str(speed),
+                    "--rows", "scratch-dwa-s1,time-dwa-s1", "--publish", str(tmp_path))
+    assert "[main-job] train scratch-baseline-s1 ..." not in result.stdout  # shared with Table 1
+    payload = json.loads((tmp_path / "peers-cpu.json").read_text())
+    results = payload["results"]
+    assert set(results) == {"scratch-baseline-s1", "scratch-dwa-s1", "time-dwa-s1"}
+    assert results["scratch-dwa-s1"]["updates"] == 30 and results["time-dwa-s1"]["updates"] == 24
+    assert results["time-dwa-s1"]["reference"] == "scratch-baseline-s1" and 0 <= results["time-dwa-s1"]["bootstrap_p"] <= 1
+    assert payload["speed_ratios"]["ratios"]["emrouting"] == 0.5
+    table = (tmp_path / "peers-cpu.md").read_text()
+    assert "| time-emrouting-s1 | + EM Routing | 1 | pending |" in table
+    assert "| scratch-mudd-s1 | + MUDD connections | 1 | pending |" in table
+    assert "| warm-" not in table and "Warm start" not in table and "equal wall-clock" in table
+    # Table 1 itself still lists the paper's systems only
+    assert "scratch-dwa" not in (quick_table / "table1.md").read_text()
+
+
+def test_peers_without_speed_ratios_is_one_clear_line(tmp_path):
+    result = subprocess.run([sys.executable, str(TABLE1), "--quick", "--workdir", str(tmp_path / "w"), "--table",
+                             "peers", "--speed-json", str(tmp_path / "none.json")], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: --speed-json: {tmp_path / 'none.json'} does not exist" in result.stderr

@@ -15,6 +15,9 @@ from .registry import (
     aggregation_choices,
     aggregator_class,
     build_aggregator,
+    build_dense_connections,
+    dense_connection_choices,
+    dense_connection_class,
     families,
     family_class,
     register_aggregator,
@@ -30,17 +33,26 @@ from .dynamic_combination import DynamicCombination
 from .capsules import CapsuleRouting, RoutingSettings, squash
 from .dynamic_routing import DynamicRouting
 from .em_routing import EMRouting
+from .depth_weighted_average import DepthWeightedAverage
+from .depth_attention import DepthAttention, DepthAttentionSettings
+from .mudd import MULTIWAY_STREAMS, MUDDSettings, MultiwayDynamicDense
 
 __all__ = [
     "AGGREGATORS",
     "AggregationConfigError",
     "AggregationRamp",
     "CapsuleRouting",
+    "DepthAttention",
+    "DepthAttentionSettings",
+    "DepthWeightedAverage",
     "DynamicCombination",
     "DynamicRouting",
     "EMRouting",
     "LayerAggregator",
     "LinearCombination",
+    "MULTIWAY_STREAMS",
+    "MUDDSettings",
+    "MultiwayDynamicDense",
     "NonFiniteAggregationError",
     "RoutingSettings",
     "Settings",
@@ -48,6 +60,9 @@ __all__ = [
     "aggregation_choices",
     "aggregator_class",
     "build_aggregator",
+    "build_dense_connections",
+    "dense_connection_choices",
+    "dense_connection_class",
     "families",
     "family_class",
     "register_aggregator",

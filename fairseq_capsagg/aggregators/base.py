@@ -42,11 +42,21 @@ class LayerAggregator(nn.Module):
     #: Flags under which a fresh aggregator starts as the Transformer it is added to (warm starts);
     #: empty when it always does, or never can.
     warm_start_flags: ClassVar[Tuple[str, ...]] = ()
+    #: Where it can aggregate: ``output`` (the stack's output, ``--{side}-aggregation``) and, for
+    #: aggregators that start as the identity and are cheap enough to run after every block,
+    #: ``between-blocks`` (``--{side}-dense-connections``).
+    placements: ClassVar[Tuple[str, ...]] = ("output",)
+    #: The placement of its ``transformer_{family}_{shape}`` architectures.
+    architecture_placement: ClassVar[str] = "output"
+    #: :meth:`aggregate` reads the layers stacked depth first, (L, T, B, C): a weighted sum over
+    #: depth is then one contiguous reduction (about 2.5x faster on CPU than over (T, B, L, C)).
+    depth_first: ClassVar[bool] = False
 
     def __init__(self, embed_dim: int, num_layers: int):
         super().__init__()
         self.embed_dim = embed_dim
         self.num_layers = num_layers
+        self.streams = 1  # outputs per position: more for multiway connections between blocks
         self.side = ""  # "encoder" or "decoder", set by build_aggregator, for error messages
 
     @classmethod
@@ -73,9 +83,21 @@ class LayerAggregator(nn.Module):
         return cls(embed_dim, num_layers)
 
     @classmethod
+    def between_blocks(cls, embed_dim: int, num_layers: int, settings: Settings,
+                       last: bool) -> "LayerAggregator":
+        """The connection after one block of a densely connected stack, over its L = ``num_layers``
+        earlier outputs (the embedding first); ``last``: after the stack's top block."""
+        return cls.from_settings(embed_dim, num_layers, settings)
+
+    @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: Settings) -> float:
         """Multiply-adds of one forward pass at one position (the benchmarks' FLOP bound)."""
         raise NotImplementedError(f"{cls.__name__} must declare its multiply-adds per position")
+
+    @classmethod
+    def between_blocks_multiply_adds(cls, embed_dim: int, num_blocks: int, settings: Settings) -> float:
+        """Multiply-adds per position of the connections after each of ``num_blocks`` blocks."""
+        return sum(cls.multiply_adds(embed_dim, block + 2, settings) for block in range(num_blocks))
 
     def forward(self, layers: List[Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
         """Aggregates the layers.
@@ -85,7 +107,8 @@ class LayerAggregator(nn.Module):
             padding_mask: (B, T), True at padded positions, or None.
 
         Returns:
-            (T, B, C): the aggregated representation, zero at padded positions.
+            (T, B, C): the aggregated representation, zero at padded positions; with
+            :attr:`streams` S > 1, (S, T, B, C): one aggregate per input stream of the next block.
         """
         if len(layers) != self.num_layers:
             raise ValueError(
@@ -93,7 +116,7 @@ class LayerAggregator(nn.Module):
                 f"{len(layers)}; layer dropping (--encoder-layerdrop/--decoder-layerdrop) "
                 "cannot be combined with layer aggregation"
             )
-        stacked = torch.stack(layers, dim=2)
+        stacked = torch.stack(layers, dim=0 if self.depth_first else 2)
         out = self.aggregate(stacked, padding_mask)
         if padding_mask is not None:
             out = out.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
@@ -108,5 +131,6 @@ class LayerAggregator(nn.Module):
                 "from finite layer outputs")
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        """Maps stacked layers (T, B, L, C) to (T, B, C)."""
+        """Maps stacked layers (T, B, L, C), or (L, T, B, C) if :attr:`depth_first`, to (T, B, C)
+        (or (S, T, B, C), see :meth:`forward`)."""
         raise NotImplementedError

@@ -31,6 +31,12 @@ def aggregation_choices() -> List[str]:
     return list(AGGREGATORS)
 
 
+def dense_connection_choices() -> List[str]:
+    """The values of ``--encoder-dense-connections`` / ``--decoder-dense-connections``: ``none`` and
+    every aggregator that can run between blocks."""
+    return ["none", *(name for name, cls in AGGREGATORS.items() if "between-blocks" in cls.placements)]
+
+
 def families() -> Dict[str, str]:
     """``transformer_{family}_{shape}`` family -> aggregator name, for every aggregator that has one."""
     return {cls.family: name for name, cls in AGGREGATORS.items() if cls.family}
@@ -45,6 +51,16 @@ def aggregator_class(name: str, side: str = "") -> Type[LayerAggregator]:
     return AGGREGATORS[name]
 
 
+def dense_connection_class(name: str, side: str = "") -> Type[LayerAggregator]:
+    """The class of a between-blocks connection; any other name names the flag and the allowed values."""
+    choices = dense_connection_choices()
+    if name not in choices[1:]:
+        flag = f"--{side}-dense-connections" if side else "dense connections"
+        raise AggregationConfigError(
+            f"{flag}: {name!r} cannot connect blocks; choose one of {', '.join(choices)}")
+    return AGGREGATORS[name]
+
+
 def family_class(family: str) -> Type[LayerAggregator]:
     """The class whose architectures are ``transformer_{family}_{shape}``."""
     return AGGREGATORS[families()[family]]
@@ -55,10 +71,11 @@ def settings_classes() -> List[Type[Settings]]:
     return list(dict.fromkeys(cls.Settings for cls in AGGREGATORS.values()))
 
 
-def validate_settings(name: str, values: Union[Settings, object], embed_dim: int, side: str = "") -> Settings:
+def validate_settings(name: str, values: Union[Settings, object], embed_dim: int, side: str = "",
+                      cls: Optional[Type[LayerAggregator]] = None) -> Settings:
     """Checks the settings of aggregator ``name`` (its own dataclass, or a namespace of flags that
-    holds them) at width d and returns them as its dataclass."""
-    cls = aggregator_class(name, side)
+    holds them) at width d and returns them as its dataclass (``cls``: its class, if looked up)."""
+    cls = cls or aggregator_class(name, side)
     if isinstance(values, dict):
         known = {f.name for f in distinct_fields(settings_classes())}
         unknown = sorted(set(values) - known)
@@ -90,3 +107,20 @@ def build_aggregator(name: str, embed_dim: int, num_layers: int,
     aggregator = cls.from_settings(embed_dim, num_layers, settings)
     aggregator.side = side
     return aggregator
+
+
+def build_dense_connections(name: str, embed_dim: int, num_blocks: int,
+                            settings: Optional[Union[Settings, object]] = None, side: str = "") -> List[LayerAggregator]:
+    """The connections of a densely connected stack: one after each of ``num_blocks`` blocks, the
+    i-th (from 0) over the embedding and the i + 1 block outputs so far.
+
+    Raises:
+        AggregationConfigError: for a name that cannot connect blocks, or impossible settings.
+    """
+    cls = dense_connection_class(name, side)
+    settings = validate_settings(name, cls.Settings() if settings is None else settings, embed_dim, side, cls)
+    connections = [cls.between_blocks(embed_dim, block + 2, settings, last=block == num_blocks - 1)
+                   for block in range(num_blocks)]
+    for connection in connections:
+        connection.side = side
+    return connections

@@ -13,13 +13,16 @@ from ..aggregators import (
     Settings,
     aggregation_choices,
     build_aggregator,
+    build_dense_connections,
+    dense_connection_class,
     setting,
     validate_settings,
 )
+from .dense_connections import DenseConnections
 from .warm_start import fill_missing_keys
 
 #: Submodules that a vanilla Transformer checkpoint lacks; filled with their initial values on load.
-AGGREGATION_MODULES = ("aggregator", "layer_norms", "aggregate_norm", "aggregation_ramp")
+AGGREGATION_MODULES = ("aggregator", "layer_norms", "aggregate_norm", "aggregation_ramp", "dense_connections")
 #: The normalisations of ``--aggregation-layer-norm``, absent from checkpoints saved before it.
 NORMALISATIONS = ("layer_norms", "aggregate_norm")
 SIDES = ("encoder", "decoder")
@@ -52,6 +55,10 @@ def aggregating_sides(args: Any) -> List[str]:
     return [side for side in SIDES if getattr(args, f"{side}_aggregation") != "none"]
 
 
+def densely_connected_sides(args: Any) -> List[str]:
+    return [side for side in SIDES if getattr(args, f"{side}_dense_connections", "none") != "none"]
+
+
 def validate_aggregation(args: Any) -> None:
     """Checks every aggregation flag of a model's arguments before anything is built.
 
@@ -67,6 +74,17 @@ def validate_aggregation(args: Any) -> None:
             raise AggregationConfigError(
                 f"--{side}-layerdrop must be 0 with --{side}-aggregation {name}: "
                 "the aggregator needs every layer's output")
+    for side in densely_connected_sides(args):
+        name = getattr(args, f"{side}_dense_connections")
+        validate_settings(name, args, getattr(args, f"{side}_embed_dim"), side, dense_connection_class(name, side))
+        if getattr(args, f"{side}_layerdrop") > 0:
+            raise AggregationConfigError(
+                f"--{side}-layerdrop must be 0 with --{side}-dense-connections {name}: "
+                "every block reads the outputs of all earlier blocks")
+        if getattr(args, "checkpoint_activations", False) or getattr(args, "offload_activations", False):
+            raise AggregationConfigError(
+                f"--checkpoint-activations cannot be combined with --{side}-dense-connections {name}: "
+                "the connections run as hooks that a recomputed block would not replay")
 
 
 class AggregatingStack(nn.Module):
@@ -84,6 +102,7 @@ class AggregatingStack(nn.Module):
     side = ""
 
     def init_aggregation(self) -> None:
+        self.dense_connections: Optional[DenseConnections] = None
         self.aggregator: Optional[LayerAggregator] = None
         self.aggregate_embedding = False
         self.layer_norms: Optional[nn.ModuleList] = None
@@ -91,12 +110,18 @@ class AggregatingStack(nn.Module):
         self.aggregation_ramp: Optional[AggregationRamp] = None
 
     def build_aggregation(self, args: Any) -> None:
-        """Installs ``--{side}-aggregation`` over the layers this stack has (flags validated)."""
+        """Installs ``--{side}-dense-connections`` and ``--{side}-aggregation`` over the layers this
+        stack has (flags validated)."""
+        embed_dim = getattr(args, f"{self.side}_embed_dim")
+        dense = getattr(args, f"{self.side}_dense_connections")
+        if dense != "none":
+            connections = build_dense_connections(dense, embed_dim, len(self.layers), args, self.side)
+            self.dense_connections = DenseConnections(
+                connections, self.layers, getattr(args, f"{self.side}_normalize_before"))
         name = getattr(args, f"{self.side}_aggregation")
         if name == "none":
             return
         stack = StackSettings.from_namespace(args)
-        embed_dim = getattr(args, f"{self.side}_embed_dim")
         num_layers = len(self.layers) + (1 if stack.aggregate_embedding else 0)
         self.aggregator = build_aggregator(name, embed_dim, num_layers, args, self.side)
         self.aggregate_embedding = stack.aggregate_embedding

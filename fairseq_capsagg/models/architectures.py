@@ -3,14 +3,17 @@
 Names follow ``transformer_{family}_{shape}``, one family per registered aggregator that
 declares one (:func:`fairseq_capsagg.aggregators.families`), with that aggregator on both sides:
 
-=============  =============================  ====================================
-family         aggregation (both sides)       paper
-=============  =============================  ====================================
-linagg         linear                         Eq. 3, Table 1 row 2
-dyncomb        dynamic                        Eq. 4, Table 1 row 3
-dynrouting     dynamic-routing                Algorithm 1, Table 1 row 4
-emrouting      em-routing                     Algorithm 2, Table 1 row 5
-=============  =============================  ====================================
+=============  ==========================================  ====================================
+family         on both sides                               paper
+=============  ==========================================  ====================================
+linagg         ``--*-aggregation linear``                  Eq. 3, Table 1 row 2
+dyncomb        ``--*-aggregation dynamic``                 Eq. 4, Table 1 row 3
+dynrouting     ``--*-aggregation dynamic-routing``         Algorithm 1, Table 1 row 4
+emrouting      ``--*-aggregation em-routing``              Algorithm 2, Table 1 row 5
+dwa            ``--*-dense-connections dwa``               DenseFormer (2024)
+depthattn      ``--*-dense-connections depth-attention``   attention residuals (2026)
+mudd           ``--*-dense-connections mudd``              MUDDFormer (2025)
+=============  ==========================================  ====================================
 
 =====  ============================================================================
 shape  settings
@@ -39,7 +42,7 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from ..aggregators import families
+from ..aggregators import aggregator_class, families
 from .capsagg_transformer import capsagg_base_architecture
 
 MODEL_NAME = "capsagg_transformer"
@@ -88,9 +91,11 @@ SHAPES: Dict[str, Callable] = {
 
 
 def _make_architecture(aggregation: str, shape: Callable) -> Callable:
+    flag = "dense_connections" if aggregator_class(aggregation).architecture_placement == "between-blocks" else "aggregation"
+
     def architecture(args) -> None:
-        args.encoder_aggregation = getattr(args, "encoder_aggregation", aggregation)
-        args.decoder_aggregation = getattr(args, "decoder_aggregation", aggregation)
+        for side in ("encoder", "decoder"):
+            setattr(args, f"{side}_{flag}", getattr(args, f"{side}_{flag}", aggregation))
         shape(args)
         capsagg_base_architecture(args)
 

@@ -3,7 +3,7 @@
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerModel, base_architecture
 
-from ..aggregators import aggregation_choices, settings_classes
+from ..aggregators import aggregation_choices, dense_connection_choices, settings_classes
 from ..aggregators.settings import add_flags, distinct_fields, fill_defaults
 from .aggregating_stack import StackSettings, validate_aggregation
 from .decoder import CapsAggTransformerDecoder
@@ -30,7 +30,11 @@ class CapsAggTransformerModel(TransformerModel):
         choices = aggregation_choices()
         for side in ("encoder", "decoder"):
             parser.add_argument(f"--{side}-aggregation", choices=choices,
-                                help=f"how the {side} combines its layers: {', '.join(choices)}")
+                                help=f"how the {side} combines its layers at its output: {', '.join(choices)}")
+            dense = dense_connection_choices()
+            parser.add_argument(f"--{side}-dense-connections", choices=dense,
+                                help=f"what every {side} block reads instead of the block below it: an aggregate "
+                                     f"of the embedding and all earlier blocks ({', '.join(dense)})")
         add_flags(parser, aggregation_fields())
 
     @classmethod
@@ -57,5 +61,7 @@ def capsagg_base_architecture(args) -> None:
     """Fills the aggregation flags and the Transformer defaults that are unset."""
     args.encoder_aggregation = getattr(args, "encoder_aggregation", "none")
     args.decoder_aggregation = getattr(args, "decoder_aggregation", "none")
+    args.encoder_dense_connections = getattr(args, "encoder_dense_connections", "none")
+    args.decoder_dense_connections = getattr(args, "decoder_dense_connections", "none")
     fill_defaults(args, aggregation_fields())
     base_architecture(args)

@@ -23,6 +23,16 @@ def systems() -> List[str]:
     return [BASELINE, *families()]
 
 
+def paper_systems() -> List[str]:
+    """The baseline and the families that aggregate at the stack's output (Table 1 of Dou et al.)."""
+    return [s for s in systems() if s == BASELINE or family_class(s).architecture_placement == "output"]
+
+
+def peer_systems() -> List[str]:
+    """The families whose architectures connect every block densely (the peers of routing)."""
+    return [s for s in systems() if s not in paper_systems()]
+
+
 def label(system: str) -> str:
     """The system's name in tables, as the paper's Table 1 writes it."""
     return "Transformer" if system == BASELINE else f"+ {family_class(system).label}"

@@ -9,7 +9,7 @@ the ``valid`` split goes forward and backward (dropout off). Reported per archit
 
 * ``aggregate_std`` and ``normalised_std``: the std of each side's output before and after its
   final LayerNorm (post-norm sides: the LayerNorm of a routed aggregate; linear and dynamic
-  combination have none there, and their aggregate is the output), and ``eps_share``,
+  combination and the dense connections have none there, and their aggregate is the output), and ``eps_share``,
   eps / (var + eps) of that LayerNorm's denominator: near 1, the aggregate is swamped by eps
   and the side's output is nearly constant;
 * ``layer_grad_ratio``: the gradient norm that reaches the Transformer layers (every parameter
@@ -43,6 +43,7 @@ def parse_model_args(arch: str, data: str, extra: Sequence[str] = (), vanilla: b
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", *extra])
     if vanilla:
         args.encoder_aggregation = args.decoder_aggregation = "none"
+        args.encoder_dense_connections = args.decoder_dense_connections = "none"
         args.aggregation_ramp_updates, args.aggregation_layer_norm = 0, "off"
     return args
 
@@ -82,6 +83,8 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
             hooks.append(norm.register_forward_hook(after_norm))
         elif stack.aggregates:
             hooks.append(stack.aggregator.register_forward_hook(without_norm))
+        elif stack.dense_connections is not None:
+            hooks.append(stack.dense_connections.connections[-1].register_forward_hook(without_norm))
 
     watch("encoder", model.encoder)
     watch("decoder", model.decoder)

@@ -1,0 +1,84 @@
+"""Attention over depth: a softmax over the layers with a learned query (Kimi's attention residuals, 2026)."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import LayerAggregator
+from .normalisation import rms_normalise
+from .registry import register_aggregator
+from .settings import Settings, setting
+
+
+@dataclass
+class DepthAttentionSettings(Settings):
+    depth_attention_query: str = setting(
+        "static", "depth attention: one learned query per connection (static, as attention residuals) or a "
+                  "query computed from the newest layer (dynamic)", choices=("static", "dynamic"))
+
+
+@register_aggregator
+class DepthAttention(LayerAggregator):
+    """H~ = H^L + g (sum_l alpha_l H^l - H^L), alpha = softmax_l(q . RMSNorm(H^l)).
+
+    Attention residuals (Kimi Team 2026, Eq. 2) attend over depth: the keys are
+    the RMS-normalised layers (no learned scale), the values the layers
+    themselves, the query a learned vector per connection (``static``, zero at
+    the start: a uniform average) or, as in DeepCrossAttention's input-dependent
+    weights, a linear map of the newest normalised layer (``dynamic``, zero
+    weight and bias at the start). The logits and the softmax run in fp32.
+
+    Two choices are ours, not the papers': the values are this plugin's layer
+    outputs (residual streams, as every other aggregator here reads them) rather
+    than each sublayer's increment, and a scalar gate g, zero at the start, mixes
+    the attention into H^L, so the model starts as the vanilla Transformer (a
+    softmax cannot put all its weight on one layer). g learns from the first
+    update; the query from the second (its gradient is g times the attention's).
+    """
+
+    name = "depth-attention"
+    family = "depthattn"
+    label = "Attention over depth"
+    Settings = DepthAttentionSettings
+    placements = ("output", "between-blocks")
+    architecture_placement = "between-blocks"
+    depth_first = True
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int, settings: DepthAttentionSettings) -> "DepthAttention":
+        return cls(embed_dim, num_layers, settings.depth_attention_query)
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: DepthAttentionSettings) -> float:
+        """Normalised keys, their logits and the weighted sum (and the dynamic query's map)."""
+        query = embed_dim * embed_dim if settings.depth_attention_query == "dynamic" else 0
+        return 3 * num_layers * embed_dim + query
+
+    def __init__(self, embed_dim: int, num_layers: int, query: str = "static"):
+        super().__init__(embed_dim, num_layers)
+        self.query_kind = query
+        if query == "static":
+            self.query = nn.Parameter(torch.zeros(embed_dim))
+        else:
+            self.query_proj = nn.Linear(embed_dim, embed_dim)
+            nn.init.zeros_(self.query_proj.weight)
+            nn.init.zeros_(self.query_proj.bias)
+        self.gate = nn.Parameter(torch.zeros(()))
+
+    def depth_weights(self, layers: Tensor) -> Tensor:
+        """alpha: (L, T, B) fp32 attention of each position over its L layers (stacked (L, T, B, C))."""
+        keys = rms_normalise(layers)
+        if self.query_kind == "static":
+            logits = keys @ self.query.float()
+        else:
+            query = F.linear(keys[-1], self.query_proj.weight.float(), self.query_proj.bias.float())
+            logits = (keys * query).sum(-1)
+        return torch.softmax(logits, dim=0)
+
+    def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        attended = torch.einsum("ltbc,ltb->tbc", layers, self.depth_weights(layers).to(layers.dtype))
+        top = layers[-1]
+        return top + self.gate.to(layers.dtype) * (attended - top)

@@ -1,0 +1,98 @@
+"""Multiway dynamic dense connections (MUDDFormer, Xiao et al. 2025)."""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .base import LayerAggregator
+from .normalisation import rms_normalise
+from .registry import register_aggregator
+from .settings import Settings, setting
+
+#: The inputs of a Transformer block that MUDD connections feed separately, in their order.
+MULTIWAY_STREAMS = ("query", "key", "value", "residual")
+
+
+@dataclass
+class MUDDSettings(Settings):
+    mudd_hidden_dim: Optional[int] = setting(
+        None, "MUDD: hidden width of each connection's weight MLP (default: streams x layers, as MUDDFormer)",
+        metavar="H")
+
+
+@register_aggregator
+class MultiwayDynamicDense(LayerAggregator):
+    """Omega_s = sum_l w_{s,l} H^l with w = W_2 GELU(W_1 RMSNorm(H^L)) + b, per position (MUDD, Eqs. 4-6).
+
+    The weights of every stream s over the L layers come from a small MLP of the
+    newest layer at that position (normalised without a learned scale) plus a
+    static bias b. Between blocks each connection feeds the next block's four
+    inputs separately (:data:`MULTIWAY_STREAMS`: the query, key and value of
+    its self-attention and its residual stream); after the top block and at the
+    stack's output there is one stream. W_2 starts at zero and b at 1 on the
+    newest layer, so the model starts as the vanilla Transformer. The weights
+    are computed in fp32.
+
+    Args:
+        hidden_dim: the MLP's width.
+        streams: S, the aggregates per position (1 or 4).
+    """
+
+    name = "mudd"
+    family = "mudd"
+    label = "MUDD connections"
+    Settings = MUDDSettings
+    placements = ("output", "between-blocks")
+    architecture_placement = "between-blocks"
+
+    @classmethod
+    def validate(cls, settings: MUDDSettings, embed_dim: int, side: str = "") -> None:
+        super().validate(settings, embed_dim, side)
+        hidden = settings.mudd_hidden_dim
+        settings.require("mudd_hidden_dim", hidden is None or hidden >= 1, "it must be a positive integer")
+
+    @classmethod
+    def from_settings(cls, embed_dim: int, num_layers: int, settings: MUDDSettings) -> "MultiwayDynamicDense":
+        return cls(embed_dim, num_layers, settings.mudd_hidden_dim or num_layers)
+
+    @classmethod
+    def between_blocks(cls, embed_dim: int, num_layers: int, settings: MUDDSettings,
+                       last: bool) -> "MultiwayDynamicDense":
+        streams = 1 if last else len(MULTIWAY_STREAMS)
+        return cls(embed_dim, num_layers, settings.mudd_hidden_dim or streams * num_layers, streams)
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: MUDDSettings, streams: int = 1) -> float:
+        """The normalisation, the MLP (d -> H -> S*L) and the S weighted sums."""
+        hidden = settings.mudd_hidden_dim or streams * num_layers
+        return embed_dim + embed_dim * hidden + hidden * streams * num_layers + streams * num_layers * embed_dim
+
+    @classmethod
+    def between_blocks_multiply_adds(cls, embed_dim: int, num_blocks: int, settings: MUDDSettings) -> float:
+        return sum(cls.multiply_adds(embed_dim, block + 2, settings,
+                                     1 if block == num_blocks - 1 else len(MULTIWAY_STREAMS))
+                   for block in range(num_blocks))
+
+    def __init__(self, embed_dim: int, num_layers: int, hidden_dim: int, streams: int = 1):
+        super().__init__(embed_dim, num_layers)
+        self.streams = streams
+        self.fc1 = nn.Linear(embed_dim, hidden_dim, bias=False)
+        self.fc2 = nn.Linear(hidden_dim, streams * num_layers, bias=False)
+        nn.init.zeros_(self.fc2.weight)
+        static = torch.zeros(streams, num_layers)
+        static[:, -1] = 1.0
+        self.static_weight = nn.Parameter(static)
+
+    def connection_weights(self, layers: Tensor) -> Tensor:
+        """w: (T, B, S, L) fp32 weights of each stream over the layers, per position."""
+        t, b, num_layers, _ = layers.shape
+        hidden = F.gelu(F.linear(rms_normalise(layers[:, :, -1]), self.fc1.weight.float()))
+        dynamic = F.linear(hidden, self.fc2.weight.float()).view(t, b, self.streams, num_layers)
+        return dynamic + self.static_weight.float()
+
+    def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        mixed = torch.einsum("tblc,tbsl->stbc", layers, self.connection_weights(layers).to(layers.dtype))
+        return mixed[0] if self.streams == 1 else mixed

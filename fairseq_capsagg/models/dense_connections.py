@@ -1,0 +1,76 @@
+"""Dense connections between the blocks of a fairseq layer stack (DenseFormer, MUDDFormer, attention residuals)."""
+
+import functools
+from typing import Any, Dict, List, Optional, Tuple
+
+from torch import Tensor, nn
+
+from ..aggregators import AggregationConfigError, LayerAggregator
+
+
+class DenseConnections(nn.Module):
+    """After block i, X_i = Connection_i(B_0, ..., B_i) is block i + 1's input.
+
+    B_0 is the stack's embedding output and B_i (i >= 1) block i's output; X_L,
+    after the top block, is the stack's output (before its final LayerNorm).
+    The connections run on fairseq's own layers and loops through module hooks,
+    so the layers, their checkpoint keys, the encoder's and decoder's loops and
+    incremental decoding stay fairseq's:
+
+    * a forward pre-hook on the first block starts the history with its input B_0;
+    * a forward hook on block i records its output B_i and returns X_i in its
+      place, which fairseq passes on to block i + 1 (and records in its hidden states);
+    * a multiway connection (MUDD) returns the residual stream and keeps the
+      query, key and value aggregates for the next block's self-attention, whose
+      forward pre-hook reads them (through the block's own LayerNorm in a
+      pre-norm block). That self-attention then projects its key and value from
+      their own inputs; its weights are unchanged.
+
+    Every connection works per position, so in incremental decoding a step's
+    history is the current position's outputs only, and the keys and values of
+    earlier positions come from fairseq's attention cache as usual.
+    """
+
+    def __init__(self, connections: List[LayerAggregator], layers: nn.ModuleList, normalize_before: bool):
+        super().__init__()
+        if len(connections) != len(layers):
+            raise ValueError(f"{len(connections)} connections for {len(layers)} blocks")
+        self.connections = nn.ModuleList(connections)
+        self.normalize_before = normalize_before
+        self.history: List[Tensor] = []
+        self.attention_inputs: Optional[Tensor] = None  # (3, T, B, C): the next block's query, key, value
+        layers[0].register_forward_pre_hook(self._begin)
+        for index, layer in enumerate(layers):
+            layer.register_forward_hook(functools.partial(self._connect, index))
+            if index > 0 and connections[index - 1].streams > 1:
+                if not getattr(layer.self_attn, "self_attention", False):
+                    raise AggregationConfigError(
+                        f"--{connections[0].side}-dense-connections {type(connections[0]).name}: feeds the "
+                        "query, key and value of a block's self-attention, which --cross-self-attention replaces")
+                layer.self_attn.self_attention = False
+                layer.self_attn.register_forward_pre_hook(
+                    functools.partial(self._multiway_inputs, layer), with_kwargs=True)
+
+    def _begin(self, block: nn.Module, args: Tuple[Any, ...]) -> None:
+        self.history = [args[0]]
+        self.attention_inputs = None
+
+    def _connect(self, index: int, block: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
+        newest = output[0] if isinstance(output, tuple) else output
+        self.history.append(newest)
+        mixed = self.connections[index](self.history)
+        if index == len(self.connections) - 1:
+            self.history = []
+        if mixed.dim() == 4:  # (query, key, value, residual)
+            self.attention_inputs, mixed = mixed[:3], mixed[3]
+        return (mixed, *output[1:]) if isinstance(output, tuple) else mixed
+
+    def _multiway_inputs(self, block: nn.Module, attention: nn.Module, args: Tuple[Any, ...],
+                         kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        if self.attention_inputs is None:
+            raise RuntimeError("a multiway block ran without the connection before it")
+        streams = self.attention_inputs.unbind(0)
+        self.attention_inputs = None
+        if self.normalize_before:
+            streams = [block.self_attn_layer_norm(stream) for stream in streams]
+        return args, dict(kwargs, query=streams[0], key=streams[1], value=streams[2])
