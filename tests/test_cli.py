@@ -80,3 +80,23 @@ def test_bad_routing_start_is_one_clear_line(flags, message, tiny_data_bin, tmp_
     assert "Traceback" not in result.stderr
     assert message in result.stderr
     assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--encoder-dense-connections", "em-routing"], "argument --encoder-dense-connections: invalid choice: "
+                                                    "'em-routing' (choose from 'none', 'dwa', 'depth-attention', 'mudd')"),
+    (["--depth-attention-query", "learned"], "argument --depth-attention-query: invalid choice: 'learned' "
+                                             "(choose from 'static', 'dynamic')"),
+    (["--mudd-hidden-dim", "0"], "fairseq-train: error: --mudd-hidden-dim: got 0; it must be a positive integer"),
+])
+def test_bad_dense_connection_is_one_clear_line(flags, message, tiny_data_bin, tmp_path):
+    result = run_tool(
+        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch", "transformer_mudd_small",
+        *flags, "--cpu", "--max-update", "1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000",
+        "--save-dir", str(tmp_path), check=False,
+    )
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr
+    assert message in result.stderr
+    assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
+    assert not (tmp_path / "checkpoint_last.pt").exists()
