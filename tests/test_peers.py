@@ -172,10 +172,10 @@ def test_depth_attention_and_mudd_weights_are_fp32_under_half_precision():
     randomise(attention)
     randomise(mudd)
     attention, mudd = attention.to(torch.bfloat16), mudd.to(torch.bfloat16)
-    alpha = attention.depth_weights(layers)
+    alpha = attention.attention(layers)
     assert alpha.dtype == torch.float32
     torch.testing.assert_close(alpha.sum(0), torch.ones(3, 2))
-    assert mudd.connection_weights(layers.permute(1, 2, 0, 3)).dtype == torch.float32
+    assert mudd.effective_weights(layers.permute(1, 2, 0, 3)).dtype == torch.float32
     out = attention(list(layers))
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     expected = reference(attention.float(), [layer.float() for layer in layers])[0]
@@ -225,3 +225,19 @@ def test_an_aggregator_that_cannot_connect_blocks_is_refused_with_the_allowed_va
 def test_mudd_refuses_cross_self_attention():
     with pytest.raises(AggregationConfigError, match="--cross-self-attention"):
         build_tiny_model("transformer_mudd_base", ["--cross-self-attention"])
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_effective_weights_are_what_the_aggregate_sums(peer):
+    """The depth-weights analysis reads effective_weights: Omega_s = sum_l w_{s,l} H^l exactly."""
+    name = peer.split()[0]
+    args = parse_model_args(f"transformer_{FAMILY[name]}_small", PEERS[peer])
+    for connection in [build_aggregator(name, 8, 4, args), *build_dense_connections(name, 8, 3, args)]:
+        randomise(connection, seed=7)
+        layers = [torch.randn(3, 2, 8) for _ in range(connection.num_layers)]
+        with torch.no_grad():
+            out = connection(layers)
+            weights = connection.effective_weights(connection.stack(layers))
+        assert weights.shape == (3, 2, connection.streams, connection.num_layers)
+        summed = torch.einsum("tbsl,ltbc->stbc", weights, torch.stack(layers))
+        torch.testing.assert_close(summed if connection.streams > 1 else summed[0], out, rtol=1e-5, atol=1e-5)

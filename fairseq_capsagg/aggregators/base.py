@@ -116,7 +116,7 @@ class LayerAggregator(nn.Module):
                 f"{len(layers)}; layer dropping (--encoder-layerdrop/--decoder-layerdrop) "
                 "cannot be combined with layer aggregation"
             )
-        stacked = torch.stack(layers, dim=0 if self.depth_first else 2)
+        stacked = self.stack(layers)
         out = self.aggregate(stacked, padding_mask)
         if padding_mask is not None:
             out = out.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
@@ -124,6 +124,10 @@ class LayerAggregator(nn.Module):
             # non-finite inputs (an fp16 overflow upstream) are left to fairseq's loss scaler
             raise NonFiniteAggregationError(self.describe_fault(stacked, padding_mask))
         return out
+
+    def stack(self, layers: List[Tensor]) -> Tensor:
+        """The layers as :meth:`aggregate` reads them: (T, B, L, C), or (L, T, B, C) if :attr:`depth_first`."""
+        return torch.stack(layers, dim=0 if self.depth_first else 2)
 
     def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
         """Says where a non-finite output came from (called only when one did)."""

@@ -68,7 +68,7 @@ class DepthAttention(LayerAggregator):
             nn.init.zeros_(self.query_proj.bias)
         self.gate = nn.Parameter(torch.zeros(()))
 
-    def depth_weights(self, layers: Tensor) -> Tensor:
+    def attention(self, layers: Tensor) -> Tensor:
         """alpha: (L, T, B) fp32 attention of each position over its L layers (stacked (L, T, B, C))."""
         keys = rms_normalise(layers)
         if self.query_kind == "static":
@@ -78,7 +78,14 @@ class DepthAttention(LayerAggregator):
             logits = (keys * query).sum(-1)
         return torch.softmax(logits, dim=0)
 
+    def effective_weights(self, layers: Tensor) -> Tensor:
+        """(T, B, 1, L) fp32: the weight of each layer in H~, g alpha_l plus 1 - g on H^L."""
+        gate = self.gate.float()
+        weights = gate * self.attention(layers).permute(1, 2, 0)
+        weights[..., -1] += 1.0 - gate
+        return weights.unsqueeze(2)
+
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        attended = torch.einsum("ltbc,ltb->tbc", layers, self.depth_weights(layers).to(layers.dtype))
+        attended = torch.einsum("ltbc,ltb->tbc", layers, self.attention(layers).to(layers.dtype))
         top = layers[-1]
         return top + self.gate.to(layers.dtype) * (attended - top)

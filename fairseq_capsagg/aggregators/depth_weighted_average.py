@@ -39,5 +39,9 @@ class DepthWeightedAverage(LayerAggregator):
         weight[-1] = 1.0
         self.weight = nn.Parameter(weight)
 
+    def effective_weights(self, layers: Tensor) -> Tensor:
+        """(T, B, 1, L) fp32: the weight of each layer at each position (the same everywhere)."""
+        return self.weight.float().expand(*layers.shape[1:3], 1, self.num_layers)
+
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         return torch.tensordot(self.weight.to(layers.dtype), layers, dims=1)

@@ -86,7 +86,7 @@ class MultiwayDynamicDense(LayerAggregator):
         static[:, -1] = 1.0
         self.static_weight = nn.Parameter(static)
 
-    def connection_weights(self, layers: Tensor) -> Tensor:
+    def effective_weights(self, layers: Tensor) -> Tensor:
         """w: (T, B, S, L) fp32 weights of each stream over the layers, per position."""
         t, b, num_layers, _ = layers.shape
         hidden = F.gelu(F.linear(rms_normalise(layers[:, :, -1]), self.fc1.weight.float()))
@@ -94,5 +94,5 @@ class MultiwayDynamicDense(LayerAggregator):
         return dynamic + self.static_weight.float()
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        mixed = torch.einsum("tblc,tbsl->stbc", layers, self.connection_weights(layers).to(layers.dtype))
+        mixed = torch.einsum("tblc,tbsl->stbc", layers, self.effective_weights(layers).to(layers.dtype))
         return mixed[0] if self.streams == 1 else mixed

@@ -1,4 +1,4 @@
-"""The paper's analyses: agreement (Eqs. 18-19), BLEU by length, sweeps and ablations."""
+"""The paper's analyses: agreement (Eqs. 18-19), BLEU by length, sweeps and ablations; the peers' depth weights."""
 
 from .statistics import agreement_diversity, agreement_entropy
 

@@ -1,11 +1,11 @@
-"""python -m fairseq_capsagg.analysis {agreement,length,sweep} ..."""
+"""python -m fairseq_capsagg.analysis {agreement,depth-weights,length,sweep} ..."""
 
 import argparse
 import json
 import sys
 
 from ..aggregators import families
-from . import agreement, length, sweep
+from . import agreement, depth_weights, length, sweep
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +21,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-sentences", type=int, default=0, help="stop after this many (0: all)")
     p.add_argument("--output-dir", default="analysis")
     p.set_defaults(run=agreement.run)
+
+    p = sub.add_parser("depth-weights", help="mean weight of each earlier layer in every dense connection "
+                                             "(dwa, depth-attention, mudd)")
+    p.add_argument("--path", required=True, help="checkpoint of a model with dense connections or a peer aggregator")
+    p.add_argument("--data", required=True, help="fairseq data-bin directory")
+    p.add_argument("--subset", default="test")
+    p.add_argument("--max-tokens", type=int, default=4000)
+    p.add_argument("--max-sentences", type=int, default=0, help="stop after this many (0: all)")
+    p.add_argument("--output-dir", default="analysis")
+    p.set_defaults(run=depth_weights.run)
 
     p = sub.add_parser("length", help="BLEU by source-sentence length")
     p.add_argument("--source", required=True, help="raw source sentences, one per line")

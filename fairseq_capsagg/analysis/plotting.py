@@ -31,6 +31,30 @@ def plot_heatmaps(agreement: List[torch.Tensor], path: Path, title: str, stats: 
     plt.close(fig)
 
 
+def plot_depth_weights(connections: List[Dict[str, object]], path: Path, title: str) -> None:
+    """One panel per stream: connections (rows, the newest block last) x inputs (columns, the
+    embedding or H^1 first); a connection's inputs beyond its own count are blank."""
+    names = list(dict.fromkeys(name for c in connections for name in c["streams"]))
+    width = max(c["inputs"] for c in connections)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 1, 0.5 * len(connections) + 2), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        grid = torch.full((len(connections), width), float("nan"))
+        for row, c in enumerate(connections):
+            if name in c["streams"]:
+                grid[row, : c["inputs"]] = torch.tensor(c["streams"][name])
+        image = ax.imshow(grid.numpy(), aspect="auto", cmap="coolwarm", vmin=-1.0, vmax=1.0, interpolation="nearest")
+        ax.set_title(name, fontsize=10)
+        ax.set_xticks(range(width))
+        ax.set_yticks(range(len(connections)))
+        ax.set_xlabel("input (0: the first one read)")
+        ax.set_ylabel("connection (0: the first)")
+        fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_series(x_labels: Sequence[str], series: Dict[str, Sequence[float]], path: Path, title: str,
                 xlabel: str, ylabel: str = "BLEU") -> None:
     """Lines of one value per x label, one line per system."""
