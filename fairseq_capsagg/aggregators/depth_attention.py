@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import LayerAggregator
-from .normalisation import rms_normalise
+from .normalisation import RMS_EPS, rms_normalise
 from .registry import register_aggregator
 from .settings import Settings, setting
 
@@ -69,23 +69,30 @@ class DepthAttention(LayerAggregator):
         self.gate = nn.Parameter(torch.zeros(()))
 
     def attention(self, layers: Tensor) -> Tensor:
-        """alpha: (L, T, B) fp32 attention of each position over its L layers (stacked (L, T, B, C))."""
-        keys = rms_normalise(layers)
+        """alpha: (L, T, B) fp32 attention of each position over its L layers (stacked (L, T, B, C)).
+
+        q . RMSNorm(H^l) is computed as (q . H^l) / RMS(H^l), without the normalised keys.
+        """
+        values = layers.float()
+        inverse_rms = torch.rsqrt(values.pow(2).mean(-1) + RMS_EPS)
         if self.query_kind == "static":
-            logits = keys @ self.query.float()
+            scores = values @ self.query.float()
         else:
-            query = F.linear(keys[-1], self.query_proj.weight.float(), self.query_proj.bias.float())
-            logits = (keys * query).sum(-1)
-        return torch.softmax(logits, dim=0)
+            query = F.linear(rms_normalise(layers[-1]), self.query_proj.weight.float(), self.query_proj.bias.float())
+            scores = (values * query).sum(-1)
+        return torch.softmax(scores * inverse_rms, dim=0)
+
+    def mixing(self, layers: Tensor) -> Tensor:
+        """(L, T, B) fp32: the weight of each layer in H~, g alpha_l plus 1 - g on H^L."""
+        gate = self.gate.float()
+        newest = torch.zeros(self.num_layers, 1, 1, device=layers.device)
+        newest[-1] = 1.0
+        return gate * self.attention(layers) + (1.0 - gate) * newest
 
     def effective_weights(self, layers: Tensor) -> Tensor:
-        """(T, B, 1, L) fp32: the weight of each layer in H~, g alpha_l plus 1 - g on H^L."""
-        gate = self.gate.float()
-        weights = gate * self.attention(layers).permute(1, 2, 0)
-        weights[..., -1] += 1.0 - gate
-        return weights.unsqueeze(2)
+        """(T, B, 1, L) fp32: :meth:`mixing` per position."""
+        return self.mixing(layers).permute(1, 2, 0).unsqueeze(2)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        attended = torch.einsum("ltbc,ltb->tbc", layers, self.attention(layers).to(layers.dtype))
-        top = layers[-1]
-        return top + self.gate.to(layers.dtype) * (attended - top)
+        """sum_l w_l H^l with w = :meth:`mixing`: at g = 0 exactly H^L."""
+        return (layers * self.mixing(layers).to(layers.dtype).unsqueeze(-1)).sum(0)
