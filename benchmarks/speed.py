@@ -3,7 +3,9 @@
 
 Each (shape, system) runs in its own process, so peak memory is its own.
 Ratios are to the baseline measured in the same run, next to the FLOP bound
-(baseline FLOPs / (baseline + aggregator FLOPs)).
+(baseline FLOPs / (baseline + aggregator FLOPs)). With ``--repeats N`` every
+system runs N times round-robin; each ratio is the median of the N ratios to
+the baseline of the same round, with their range.
 
     python benchmarks/speed.py                   # small and base shapes on CPU
     python benchmarks/speed.py --device cuda     # on a GPU
@@ -12,10 +14,12 @@ Ratios are to the baseline measured in the same run, next to the FLOP bound
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict, List, Tuple
 
 import torch
 
@@ -118,6 +122,7 @@ def main(argv=None) -> int:
     p.add_argument("--tokens", type=int, default=2048, help="target tokens per training batch")
     p.add_argument("--length", type=int, default=32, help="source = target length of the synthetic batch")
     p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--repeats", type=int, default=1, help="round-robin repeats of every system; medians are reported")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--decode-sentences", type=int, default=16)
@@ -127,45 +132,60 @@ def main(argv=None) -> int:
     p.add_argument("--output-dir", default="benchmarks/results")
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "SYSTEM"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f"--repeats: got {args.repeats}; it must be >= 1")
     if args.child:
         args.shape, args.system = args.child
         print(json.dumps(measure(args)))
         return 0
 
+    runs: Dict[Tuple[str, str], List[dict]] = {(shape, system): [] for shape in args.shapes for system in args.systems}
+    for repeat in range(args.repeats):  # round-robin, so slow drifts of the machine hit every system alike
+        for shape in args.shapes:
+            for system in args.systems:
+                cmd = [sys.executable, __file__, "--child", shape, system, *[a for a in (argv or sys.argv[1:])]]
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+                runs[(shape, system)].append(json.loads(out))
+                print(f"[repeat {repeat + 1}/{args.repeats}] {shape:5s} {system:10s} train "
+                      f"{runs[(shape, system)][-1]['train_tokens_per_s']:8.0f} tok/s", flush=True)
     rows = []
     for shape in args.shapes:
-        base = None
+        s = SHAPES[shape]
+        arch = Shape(d=s["d"], ffn=s["ffn"], layers=6, vocab=args.vocab, src_len=args.length, tgt_len=args.length)
+        reference = runs[(shape, args.systems[0])]
         for system in args.systems:
-            cmd = [sys.executable, __file__, "--child", shape, system, *[a for a in (argv or sys.argv[1:])]]
-            out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
-            result = json.loads(out)
-            s = SHAPES[shape]
-            arch = Shape(d=s["d"], ffn=s["ffn"], layers=6, vocab=args.vocab, src_len=args.length, tgt_len=args.length)
+            measured = runs[(shape, system)]
+            result = {key: statistics.median(r[key] for r in measured) for key in measured[0]}
             agg = aggregator_macs(SYSTEMS[system], s["d"], 6, s["d"], rank=args.capsule_rank)
-            result.update(shape=shape, system=system,
+            result.update(shape=shape, system=system, repeats=len(measured),
                           aggregator_flop_share=2 * agg / (transformer_macs(arch) + 2 * agg),
                           flop_bound=flop_bound(transformer_macs(arch), 2 * agg))
-            base = base or result
             for key in ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes"):
-                result[key + "_ratio"] = result[key] / base[key]
+                # paired: each repeat against the reference measured in the same round
+                ratios = [r[key] / b[key] for r, b in zip(measured, reference)]
+                result[key + "_ratio"] = statistics.median(ratios)
+                result[key + "_ratio_range"] = [min(ratios), max(ratios)]
             rows.append(result)
-            print(f"{shape:5s} {system:10s} train {result['train_tokens_per_s']:8.0f} tok/s "
-                  f"({result['train_tokens_per_s_ratio']:.2f}x, FLOP bound {result['flop_bound']:.2f}x)  "
-                  f"decode {result['decode_sentences_per_s']:6.2f} sent/s ({result['decode_sentences_per_s_ratio']:.2f}x)  "
-                  f"peak {result['peak_memory_bytes'] / 2**20:7.0f} MiB", flush=True)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
     (out_dir / "speed.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows}, indent=2))
     rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
-    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{rank}.", "",
+    spread = (f"; median of {args.repeats} round-robin repeats, ratios paired within a round (range in brackets)"
+              if args.repeats > 1 else "")
+    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{rank}"
+             f"{spread}.", "",
              "| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
              "| decode sent/s | ratio | peak memory | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    def ratio(r: dict, key: str) -> str:
+        low, high = r[key + "_ratio_range"]
+        return f"{r[key + '_ratio']:.2f}" + (f" ({low:.2f}-{high:.2f})" if args.repeats > 1 else "")
+
     for r in rows:
         lines.append(f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
-                     f"| {r['train_tokens_per_s_ratio']:.2f} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
-                     f"| {r['decode_sentences_per_s']:.2f} | {r['decode_sentences_per_s_ratio']:.2f} "
-                     f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {r['peak_memory_bytes_ratio']:.2f} |")
+                     f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
+                     f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
+                     f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} |")
     (out_dir / "speed.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
