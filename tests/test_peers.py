@@ -42,9 +42,9 @@ def reference(connection, layers: List[torch.Tensor]) -> List[torch.Tensor]:
     for t in range(t_len):
         for b in range(b_len):
             h = [layer[t, b] for layer in layers]
-            if isinstance(connection, DepthWeightedAverage):  # DenseFormer Eq. 1
+            if isinstance(connection, DepthWeightedAverage):  # DenseFormer's DWA
                 streams[0][t, b] = sum(a * h_l for a, h_l in zip(connection.weight, h))
-            elif isinstance(connection, DepthAttention):  # attention residuals Eq. 2, gated
+            elif isinstance(connection, DepthAttention):  # attention residuals, gated
                 keys = [rms(h_l) for h_l in h]
                 if connection.query_kind == "static":
                     query = connection.query
@@ -54,7 +54,7 @@ def reference(connection, layers: List[torch.Tensor]) -> List[torch.Tensor]:
                 alpha = [math.exp(v) for v in logits.tolist()]
                 attended = sum(a / sum(alpha) * h_l for a, h_l in zip(alpha, h))
                 streams[0][t, b] = h[-1] + connection.gate * (attended - h[-1])
-            else:  # MUDD Eqs. 4-6
+            else:  # MUDDFormer's dynamic dense weights
                 hidden = F.gelu(connection.fc1.weight @ rms(h[-1]))
                 w = (connection.fc2.weight @ hidden).view(connection.streams, len(h)) + connection.static_weight
                 for s in range(connection.streams):
@@ -94,7 +94,7 @@ def test_mudd_feeds_four_streams_except_after_the_top_block():
 
 
 def reference_block(layer, streams, padding_mask):
-    """A fairseq encoder block fed separate query, key, value and residual inputs (MUDD Eq. 7)."""
+    """A fairseq encoder block fed separate query, key, value and residual inputs, as MUDDFormer's blocks."""
     query, key, value, residual = streams
     if layer.normalize_before:
         query, key, value = (layer.self_attn_layer_norm(x) for x in (query, key, value))

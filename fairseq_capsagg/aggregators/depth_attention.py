@@ -24,7 +24,7 @@ class DepthAttentionSettings(Settings):
 class DepthAttention(LayerAggregator):
     """H~ = H^L + g (sum_l alpha_l H^l - H^L), alpha = softmax_l(q . RMSNorm(H^l)).
 
-    Attention residuals (Kimi Team 2026, Eq. 2) attend over depth: the keys are
+    Attention residuals (Kimi Team 2026) attend over depth: the keys are
     the RMS-normalised layers (no learned scale), the values the layers
     themselves, the query a learned vector per connection (``static``, zero at
     the start: a uniform average) or, as in DeepCrossAttention's input-dependent

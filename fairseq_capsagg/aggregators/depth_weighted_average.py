@@ -12,7 +12,7 @@ from .settings import Settings
 
 @register_aggregator
 class DepthWeightedAverage(LayerAggregator):
-    """H~ = sum_l alpha_l H^l with one learned scalar alpha_l per layer (DWA, Eq. 1 of DenseFormer).
+    """H~ = sum_l alpha_l H^l with one learned scalar alpha_l per layer (DenseFormer's DWA).
 
     Between blocks (DenseFormer's place) the connection after block i reads the
     embedding and the i block outputs, and its average is block i + 1's input; at

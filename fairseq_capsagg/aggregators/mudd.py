@@ -25,7 +25,7 @@ class MUDDSettings(Settings):
 
 @register_aggregator
 class MultiwayDynamicDense(LayerAggregator):
-    """Omega_s = sum_l w_{s,l} H^l with w = W_2 GELU(W_1 RMSNorm(H^L)) + b, per position (MUDD, Eqs. 4-6).
+    """Omega_s = sum_l w_{s,l} H^l with w = W_2 GELU(W_1 RMSNorm(H^L)) + b, per position (MUDDFormer).
 
     The weights of every stream s over the L layers come from a small MLP of the
     newest layer at that position (normalised without a learned scale) plus a

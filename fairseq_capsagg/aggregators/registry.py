@@ -110,7 +110,8 @@ def build_aggregator(name: str, embed_dim: int, num_layers: int,
 
 
 def build_dense_connections(name: str, embed_dim: int, num_blocks: int,
-                            settings: Optional[Union[Settings, object]] = None, side: str = "") -> List[LayerAggregator]:
+                            settings: Optional[Union[Settings, object]] = None,
+                            side: str = "") -> List[LayerAggregator]:
     """The connections of a densely connected stack: one after each of ``num_blocks`` blocks, the
     i-th (from 0) over the embedding and the i + 1 block outputs so far.
 

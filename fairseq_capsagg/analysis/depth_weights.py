@@ -2,7 +2,7 @@
 
 For every connection of a dense-connection side (one after each block) and for a peer used as the
 stack's output aggregator, the mean over real positions of the effective weight of each earlier
-layer in each output stream: DenseFormer's alpha matrix (its Fig. 4), attention over depth's
+layer in each output stream: DenseFormer's alpha matrix, attention over depth's
 g * alpha + (1 - g) on the newest layer, MUDD's dynamic weights.
 """
 
@@ -19,10 +19,13 @@ from .plotting import plot_depth_weights
 #: The names of a connection's output streams, by their number.
 STREAM_NAMES = {1: ("output",), len(MULTIWAY_STREAMS): MULTIWAY_STREAMS}
 
+#: ``"{side} between blocks"`` / ``"{side} output"`` -> the connections read there.
+Connections = Dict[str, List[LayerAggregator]]
 
-def peer_connections(model) -> Dict[str, List[LayerAggregator]]:
+
+def peer_connections(model) -> Connections:
     """``"{side} between blocks"`` and ``"{side} output"`` -> the modules whose weights are read."""
-    found: Dict[str, List[LayerAggregator]] = {}
+    found: Connections = {}
     for side in ("encoder", "decoder"):
         stack = getattr(model, side)
         if getattr(stack, "dense_connections", None) is not None:
@@ -54,7 +57,7 @@ class DepthWeightAccumulator:
 
 @torch.no_grad()
 def collect_depth_weights(model, task, subset: str, max_tokens: int = 4000,
-                          max_sentences: int = 0) -> Tuple[Dict[str, List[LayerAggregator]], Dict[str, DepthWeightAccumulator]]:
+                          max_sentences: int = 0) -> Tuple[Connections, Dict[str, DepthWeightAccumulator]]:
     """Teacher-forced passes over ``subset``, reading every connection's weights through a hook."""
     found = peer_connections(model)
     if not found:

@@ -91,7 +91,8 @@ SHAPES: Dict[str, Callable] = {
 
 
 def _make_architecture(aggregation: str, shape: Callable) -> Callable:
-    flag = "dense_connections" if aggregator_class(aggregation).architecture_placement == "between-blocks" else "aggregation"
+    between_blocks = aggregator_class(aggregation).architecture_placement == "between-blocks"
+    flag = "dense_connections" if between_blocks else "aggregation"
 
     def architecture(args) -> None:
         for side in ("encoder", "decoder"):
