@@ -238,9 +238,12 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
 
 
 def compare(rows: List[Row], results: Dict[str, Dict[str, object]], work: Path, raw_refs, num_test) -> None:
-    """Adds delta BLEU, paired bootstrap p and the sign test against each row's reference."""
+    """Adds BLEU's brevity penalty and length ratio to every row, and delta BLEU, paired bootstrap p
+    and the sign test against each row's reference."""
     hyps = {name: evaluation.align_hypotheses(
         evaluation.read_generate_output(work / "translations" / f"{name}.txt"), num_test)[0] for name in results}
+    for name, res in results.items():
+        res.update(evaluation.bleu_details(hyps[name], raw_refs))
     for row in rows:
         if row.name not in results or row.reference not in results or row.name == row.reference:
             continue
@@ -255,8 +258,8 @@ def compare(rows: List[Row], results: Dict[str, Dict[str, object]], work: Path, 
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
                   args: argparse.Namespace) -> str:
     header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped "
-              "| BLEU | Δ BLEU | chrF | bootstrap p | sign test p (better/worse) |\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+              "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
               "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)",
               "time": f"From scratch, equal wall-clock: the time of the baseline's {args.max_update} updates, the "
@@ -269,7 +272,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
             label = fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
             res = results.get(row.name)
             if res is None:
-                out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |")
+                out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |  |")
                 continue
             params = (f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res
                       else f"+{res['delta_params'] / 1e6:.2f}M")
@@ -279,10 +282,12 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
             sign = (f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–")
             out.append(f"| {row.name} | {label} | {row.seed} | {res['updates']} | {params} "
                        f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
-                       f"| {res['clip_percent']:.0f}% | {res['bleu']:.2f}{mark} | {delta} | {res['chrf']:.2f} "
+                       f"| {res['clip_percent']:.0f}% | {res['bleu']:.2f}{mark} | {delta} "
+                       f"| {res['brevity_penalty']:.2f} ({res['length_ratio']:.2f}) | {res['chrf']:.2f} "
                        f"| {boot} | {sign} |")
         out.append("")
-    out.append("BLEU and chrF: sacrebleu on detokenised output of the test split. † p < 0.01, * p < 0.05 "
+    out.append("BLEU and chrF: sacrebleu on detokenised output of the test split; BP: BLEU's brevity penalty, "
+               "(length): the hypotheses' length over the references'. † p < 0.01, * p < 0.05 "
                "(paired bootstrap, 1000 resamples, against the row named in the title). Sign test: two-sided "
                "binomial over sentences whose sentence-BLEU differs. Grad norm: fairseq's mean gradient norm "
                "before clipping (--clip-norm 1.0); clipped: share of updates clipped. updates/s is wall-clock "

@@ -3,6 +3,7 @@ end to end (generate, interactive, hub, capsagg-translate), scoring fit for the 
 error line for a corpus or setting that cannot work."""
 
 import json
+import math
 import re
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from fairseq_capsagg import USER_DIR
 from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
+from fairseq_capsagg.tools import evaluation
 from fairseq_capsagg.tools.evaluation import bleu_tokenizer, corpus_scores, signatures
 from helpers import BIN, ROOT, TINY_CORPUS
 
@@ -136,3 +138,13 @@ def test_subword_nmt_model_in_interactive_hub_and_translate(chinese_quick_run):
         input="\n".join(CHINESE) + "\n", capture_output=True, text=True, timeout=300)
     assert translated.returncode == 0, translated.stderr[-2000:]
     assert translated.stdout.split("\n")[:3] == out
+
+
+def test_bleu_details_split_bleu_into_precisions_and_brevity():
+    references = ["the cat sat on the mat today", "a dog barked twice at night"]
+    exact = evaluation.bleu_details(references, references)
+    assert exact == {"precisions": [100.0] * 4, "brevity_penalty": 1.0, "length_ratio": 1.0}
+    short = evaluation.bleu_details(["the cat sat on the mat", "a dog barked twice"], references)
+    assert short["length_ratio"] == round(10 / 13, 4)
+    assert short["brevity_penalty"] == round(math.exp(1 - 13 / 10), 4)
+    assert short["precisions"][0] == 100.0

@@ -38,8 +38,10 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     assert em["delta_bleu"] == pytest.approx(em["bleu"] - results["warm-baseline"]["bleu"], abs=0.01)
     assert 0 <= em["bootstrap_p"] <= 1 and 0 <= em["sign_p"] <= 1 and em["delta_params"] > 0
     for row in results.values():
+        assert 0 <= row["brevity_penalty"] <= 1 and row["length_ratio"] >= 0 and len(row["precisions"]) == 4
         assert row["grad_norm"] > 0 and 0 <= row["clip_percent"] <= 100 and row["updates_per_s"] > 0
     table = (quick_table / "table1.md").read_text()
+    assert "| BP (length) |" in table
     assert "| scratch-emrouting-s1 | + EM Routing | 1 | pending |" in table
     assert "| scratch-emrouting-rawlayers-s1 | + EM Routing (--aggregation-layer-norm off) | 1 | pending |" in table
     assert "| scratch-emrouting-identity-s1 | + EM Routing (--routing-init identity) | 1 | pending |" in table

@@ -71,6 +71,15 @@ def corpus_scores(hypotheses: Sequence[str], references: Sequence[str],
     return {"bleu": round(bleu.score, 2), "chrf": round(chrf.score, 2)}
 
 
+def bleu_details(hypotheses: Sequence[str], references: Sequence[str],
+                 tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, object]:
+    """What a corpus BLEU is made of: its n-gram precisions (%), brevity penalty and the
+    hypotheses' length over the references' (in BLEU's tokens)."""
+    bleu = BLEU(tokenize=tokenize).corpus_score(list(hypotheses), [list(references)])
+    return {"precisions": [round(p, 2) for p in bleu.precisions], "brevity_penalty": round(bleu.bp, 4),
+            "length_ratio": round(bleu.sys_len / bleu.ref_len, 4)}
+
+
 def sign_test(baseline: Sequence[str], system: Sequence[str], references: Sequence[str],
               tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, float]:
     """The sign test used by the paper (Collins et al. 2005), on sentence-level BLEU.
