@@ -45,11 +45,12 @@ def test_quick_main_job_writes_the_table(quick_run):
     assert rows[2]["train_seconds"] > rows[0]["train_seconds"] and rows[3]["train_seconds"] > rows[0]["train_seconds"]
     step0 = json.loads((workdir / "results.json").read_text())["warm_start_step0"]
     routing = ["transformer_dynrouting_small", "transformer_emrouting_small"]
-    assert set(step0) == {"baseline", "transformer_linagg_small", "transformer_dyncomb_small", *routing,
+    identity = [f"transformer_{family}_small" for family in ("linagg", "dyncomb", "dwa", "depthattn", "mudd")]
+    assert set(step0) == {"baseline", *identity, *routing,
                           *[f"{arch} ({start})" for arch in routing for start in ("identity", "identity + ramp")]}
-    # identity-preserving aggregators start exactly where the baseline is
-    assert step0["transformer_dyncomb_small"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
-    assert step0["transformer_linagg_small"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
+    # identity-preserving aggregators and dense connections start exactly where the baseline is
+    for arch in identity:
+        assert step0[arch]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4), arch
     for arch in routing:
         # the ramp starts at the top layer exactly; the identity start alone is closer than a random one
         assert step0[f"{arch} (identity + ramp)"]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4)
