@@ -65,33 +65,22 @@ def test_unknown_aggregation_is_refused_by_the_parser(tiny_data_bin, tmp_path):
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("flags,message", [
-    (["--routing-init", "zeros"], "argument --routing-init: invalid choice: 'zeros' (choose from 'random', 'identity')"),
-    (["--aggregation-ramp-updates", "-1"],
+@pytest.mark.parametrize("arch,flags,message", [
+    ("emrouting", ["--routing-init", "zeros"],
+     "argument --routing-init: invalid choice: 'zeros' (choose from 'random', 'identity')"),
+    ("emrouting", ["--aggregation-ramp-updates", "-1"],
      "fairseq-train: error: --aggregation-ramp-updates: got -1; it must be an integer >= 0 (0: no ramp)"),
+    ("mudd", ["--encoder-dense-connections", "em-routing"],
+     "argument --encoder-dense-connections: invalid choice: 'em-routing' "
+     "(choose from 'none', 'dwa', 'depth-attention', 'mudd')"),
+    ("mudd", ["--depth-attention-query", "learned"],
+     "argument --depth-attention-query: invalid choice: 'learned' (choose from 'static', 'dynamic')"),
+    ("mudd", ["--mudd-hidden-dim", "0"],
+     "fairseq-train: error: --mudd-hidden-dim: got 0; it must be a positive integer"),
 ])
-def test_bad_routing_start_is_one_clear_line(flags, message, tiny_data_bin, tmp_path):
+def test_bad_routing_or_dense_flag_is_one_clear_line(arch, flags, message, tiny_data_bin, tmp_path):
     result = run_tool(
-        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch", "transformer_emrouting_small",
-        *flags, "--cpu", "--max-update", "1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000",
-        "--save-dir", str(tmp_path), check=False,
-    )
-    assert result.returncode != 0
-    assert "Traceback" not in result.stderr
-    assert message in result.stderr
-    assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
-
-
-@pytest.mark.parametrize("flags,message", [
-    (["--encoder-dense-connections", "em-routing"], "argument --encoder-dense-connections: invalid choice: "
-                                                    "'em-routing' (choose from 'none', 'dwa', 'depth-attention', 'mudd')"),
-    (["--depth-attention-query", "learned"], "argument --depth-attention-query: invalid choice: 'learned' "
-                                             "(choose from 'static', 'dynamic')"),
-    (["--mudd-hidden-dim", "0"], "fairseq-train: error: --mudd-hidden-dim: got 0; it must be a positive integer"),
-])
-def test_bad_dense_connection_is_one_clear_line(flags, message, tiny_data_bin, tmp_path):
-    result = run_tool(
-        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch", "transformer_mudd_small",
+        "fairseq-train", str(tiny_data_bin), "--user-dir", USER_DIR, "--arch", f"transformer_{arch}_small",
         *flags, "--cpu", "--max-update", "1", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000",
         "--save-dir", str(tmp_path), check=False,
     )

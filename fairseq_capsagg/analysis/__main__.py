@@ -8,28 +8,28 @@ from ..aggregators import families
 from . import agreement, depth_weights, length, sweep
 
 
+def add_model_on_split_args(p: argparse.ArgumentParser, checkpoint_help: str) -> None:
+    """The flags of an analysis that runs a checkpoint over a data split."""
+    p.add_argument("--path", required=True, help=checkpoint_help)
+    p.add_argument("--data", required=True, help="fairseq data-bin directory")
+    p.add_argument("--subset", default="test")
+    p.add_argument("--max-tokens", type=int, default=4000)
+    p.add_argument("--max-sentences", type=int, default=0, help="stop after this many (0: all)")
+    p.add_argument("--output-dir", default="analysis")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m fairseq_capsagg.analysis",
                                      description="the analyses of Dou et al. (2019) for trained models")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("agreement", help="agreement heatmaps, entropy and diversity per routing iteration")
-    p.add_argument("--path", required=True, help="checkpoint of a routing model")
-    p.add_argument("--data", required=True, help="fairseq data-bin directory")
-    p.add_argument("--subset", default="test")
-    p.add_argument("--max-tokens", type=int, default=4000)
-    p.add_argument("--max-sentences", type=int, default=0, help="stop after this many (0: all)")
-    p.add_argument("--output-dir", default="analysis")
+    add_model_on_split_args(p, "checkpoint of a routing model")
     p.set_defaults(run=agreement.run)
 
     p = sub.add_parser("depth-weights", help="mean weight of each earlier layer in every dense connection "
                                              "(dwa, depth-attention, mudd)")
-    p.add_argument("--path", required=True, help="checkpoint of a model with dense connections or a peer aggregator")
-    p.add_argument("--data", required=True, help="fairseq data-bin directory")
-    p.add_argument("--subset", default="test")
-    p.add_argument("--max-tokens", type=int, default=4000)
-    p.add_argument("--max-sentences", type=int, default=0, help="stop after this many (0: all)")
-    p.add_argument("--output-dir", default="analysis")
+    add_model_on_split_args(p, "checkpoint of a model with dense connections or a peer aggregator")
     p.set_defaults(run=depth_weights.run)
 
     p = sub.add_parser("length", help="BLEU by source-sentence length")
