@@ -3,8 +3,10 @@
 Implements Dou et al. (AAAI 2019), "Dynamic Layer Aggregation for Neural
 Machine Translation with Routing-by-Agreement".
 
-* :mod:`fairseq_capsagg.aggregators`: the aggregators and their registry (torch only).
-* :mod:`fairseq_capsagg.models`: the ``capsagg_transformer`` fairseq model and its
+* :mod:`fairseq_capsagg.aggregators`: the aggregators and their registry (torch only): the
+  paper's four and three later peers (DenseFormer's DWA, attention over depth, MUDD).
+* :mod:`fairseq_capsagg.models`: the ``capsagg_transformer`` fairseq model, its aggregation at
+  the stacks' output and dense connections between blocks, and its
   ``transformer_{family}_{base,big,small}`` architectures.
 * :mod:`fairseq_capsagg.patches`: the plugin's changes to fairseq's behaviour.
 * :mod:`fairseq_capsagg.tools`: hub, translation, parameter counts, health report,
