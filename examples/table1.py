@@ -23,6 +23,10 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
     python examples/table1.py --report-only --publish docs/results        # tables of the rows done
     python examples/table1.py --table peers --publish docs/results        # the peers (same workdir)
 
+Every row is also decoded with beam search's length penalty (``--lenpen``) tuned on the validation
+split for that row alone (``--lenpen-grid``), and compared again: a system that translates too short
+is then told apart from one that chooses worse words.
+
 Every row trains in its own directory and saves every ``--save-interval`` updates, so an
 interrupted run resumes where it stopped; finished rows are skipped. The tables list every row,
 the ones not trained yet as pending.
@@ -35,10 +39,10 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Tuple
+from typing import Callable, Dict, List, Tuple
 
 from fairseq_capsagg.pipeline import corpus as corpus_mod
-from fairseq_capsagg.pipeline import fairseq_runs, report
+from fairseq_capsagg.pipeline import fairseq_runs, length_penalty, report
 from fairseq_capsagg.pipeline.main_job import (
     ConfigMismatch,
     Stages,
@@ -149,6 +153,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--beam", type=int, default=4)
+    p.add_argument("--lenpen-grid", default="0.5,1,1.5,2,3",
+                   help="length penalties tried on the validation split for every row, the best decoding the "
+                        "test split a second time ('' for none)")
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--model-args", default="", help="extra fairseq-train flags of every aggregator row")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
@@ -166,6 +173,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     if bad or "baseline" not in args.systems:
         p.error(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
                 f"{', '.join(fairseq_runs.systems())} (baseline is required)")
+    try:
+        args.lenpen_grid = sorted({float(v) for v in args.lenpen_grid.split(",") if v.strip()})
+    except ValueError:
+        p.error(f"--lenpen-grid: {args.lenpen_grid!r} is not a comma-separated list of numbers (e.g. 0.5,1,2)")
     if args.warm_updates < 1 or args.max_update < 1 or args.ramp_updates < 0:
         p.error("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
     if args.quick:
@@ -237,11 +248,31 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
     return stages.run(f"translate and score {row.name}", translate, hyp_file)
 
 
-def compare(rows: List[Row], results: Dict[str, Dict[str, object]], work: Path, raw_refs, num_test) -> None:
+def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
+             valid_refs) -> Dict[str, object]:
+    """The row's length penalty tuned on the validation split, and its test scores decoded with it."""
+    work = args.workdir
+    hyp_file = work / "translations" / f"{row.name}.lenpen.txt"
+    checkpoint = work / "checkpoints" / row.name / "checkpoint_last.pt"
+
+    def translate():
+        tuned = length_penalty.tune(data_bin, checkpoint, args.lenpen_grid, hp, work / "translations" / "lenpen",
+                                    row.name, valid_refs)
+        fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.lenpen.log",
+                              dict(hp, lenpen=tuned["lenpen"]))
+        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
+        return {**tuned, "untranslated_ids": missing, **evaluation.corpus_scores(hyps, raw_refs)}
+
+    grid = ",".join(f"{v:g}" for v in args.lenpen_grid)
+    return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)
+
+
+def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Callable[[str], Path], raw_refs,
+            num_test) -> None:
     """Adds BLEU's brevity penalty and length ratio to every row, and delta BLEU, paired bootstrap p
-    and the sign test against each row's reference."""
-    hyps = {name: evaluation.align_hypotheses(
-        evaluation.read_generate_output(work / "translations" / f"{name}.txt"), num_test)[0] for name in results}
+    and the sign test against each row's reference (hypotheses of row ``name`` in ``hyp_file(name)``)."""
+    hyps = {name: evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file(name)), num_test)[0]
+            for name in results}
     for name, res in results.items():
         res.update(evaluation.bleu_details(hyps[name], raw_refs))
     for row in rows:
@@ -251,8 +282,19 @@ def compare(rows: List[Row], results: Dict[str, Dict[str, object]], work: Path, 
         boot = evaluation.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
         sign = evaluation.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
         res.update(delta_bleu=round(res["bleu"] - ref["bleu"], 2), bootstrap_p=boot, sign_p=sign["p_value"],
-                   sign_better=sign["better"], sign_worse=sign["worse"],
-                   delta_params=res["params"] - ref["params"])
+                   sign_better=sign["better"], sign_worse=sign["worse"])
+        if "params" in res:
+            res["delta_params"] = res["params"] - ref["params"]
+
+
+def score_cells(res: Dict[str, object]) -> str:
+    """BLEU (with its significance mark) to the sign test: the scoring columns of every table."""
+    mark = significance_mark(res["bootstrap_p"]) if "bootstrap_p" in res else ""
+    delta = f"{res['delta_bleu']:+.2f}" if "delta_bleu" in res else "–"
+    boot = f"{res['bootstrap_p']:.3f}" if "bootstrap_p" in res else "–"
+    sign = f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–"
+    return (f"{res['bleu']:.2f}{mark} | {delta} | {res['brevity_penalty']:.2f} ({res['length_ratio']:.2f}) "
+            f"| {res['chrf']:.2f} | {boot} | {sign}")
 
 
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
@@ -276,15 +318,25 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                 continue
             params = (f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res
                       else f"+{res['delta_params'] / 1e6:.2f}M")
-            mark = significance_mark(res["bootstrap_p"]) if "bootstrap_p" in res else ""
-            delta = f"{res['delta_bleu']:+.2f}" if "delta_bleu" in res else "–"
-            boot = f"{res['bootstrap_p']:.3f}" if "bootstrap_p" in res else "–"
-            sign = (f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–")
             out.append(f"| {row.name} | {label} | {row.seed} | {res['updates']} | {params} "
                        f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
-                       f"| {res['clip_percent']:.0f}% | {res['bleu']:.2f}{mark} | {delta} "
-                       f"| {res['brevity_penalty']:.2f} ({res['length_ratio']:.2f}) | {res['chrf']:.2f} "
-                       f"| {boot} | {sign} |")
+                       f"| {res['clip_percent']:.0f}% | {score_cells(res)} |")
+        out.append("")
+    tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
+    if tuned:
+        default = f"{length_penalty.FAIRSEQ_LENPEN:g}"
+        grid = ", ".join(f"{v:g}" for v in args.lenpen_grid)
+        out += [f"### Length penalty tuned on the validation split, each row on its own (`--lenpen` from {grid}; "
+                "against the row named in its protocol's title, also tuned)", "",
+                f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
+                "| bootstrap p | sign test p (better/worse) |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for row in tuned:
+            res = results[row.name]["tuned"]
+            lenpen = f"{res['lenpen']:g}"
+            before = res["valid_bleu"].get(default)
+            before = "–" if before is None else f"{before:.2f}"
+            out.append(f"| {row.name} | {before} → {res['valid_bleu'][lenpen]:.2f} | {lenpen} | {score_cells(res)} |")
         out.append("")
     out.append("BLEU and chrF: sacrebleu on detokenised output of the test split; BP: BLEU's brevity penalty, "
                "(length): the hypotheses' length over the references'. † p < 0.01, * p < 0.05 "
@@ -319,6 +371,7 @@ def main(argv=None) -> int:
           "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair, "remove_bpe": "sentencepiece"}
     num_test = corpus_mod.count_lines(work / "spm" / "test.de")
     raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
+    valid_refs = evaluation.read_lines(corpus_dir / "valid.de")[:corpus_mod.count_lines(work / "spm" / "valid.de")]
 
     rows = rows_of(args)
     results: Dict[str, Dict[str, object]] = {}
@@ -331,7 +384,12 @@ def main(argv=None) -> int:
                                  **score_row(row, args, data_bin, stages, hp, raw_refs, num_test),
                                  **asdict(row),
                                  "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
-    compare(rows, results, work, raw_refs, num_test)
+            if args.lenpen_grid:
+                results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test, valid_refs)
+    translations = work / "translations"
+    compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test)
+    tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
+    compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", raw_refs, num_test)
     step0 = None
     if args.table == "paper" and "scratch-baseline-s1" in results:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
@@ -345,7 +403,7 @@ def main(argv=None) -> int:
                f"{device}; beam {args.beam}.")
     table = format_tables(rows, results, caption, args) + ("\n" + report.format_step0(step0) if step0 else "")
     payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
-               "results": results, "warm_start_step0": step0}
+               "results": results, "warm_start_step0": step0, "lenpen_grid": args.lenpen_grid}
     if args.table == "peers":
         payload["speed_ratios"] = {"source": str(args.speed_json), "ratios": args.speed_ratios}
     stem = TABLES[args.table]

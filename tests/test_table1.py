@@ -1,4 +1,5 @@
-"""The Table 1 command (--quick): both protocols, pending rows, step-0 losses, resumability."""
+"""The Table 1 command (--quick): both protocols, pending rows, step-0 losses, tuned length penalties,
+resumability."""
 
 import json
 import subprocess
@@ -6,12 +7,14 @@ import sys
 
 import pytest
 
+from fairseq_capsagg.tools.evaluation import read_generate_output
 from helpers import ROOT
 
 pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 TABLE1 = ROOT / "examples" / "table1.py"
 ROWS = "scratch-baseline-s1,warm-baseline,warm-emrouting"
+LENPEN = ("--lenpen-grid", "2,1")  # two values keep the quick table quick
 
 
 def table1(*args):
@@ -24,7 +27,7 @@ def table1(*args):
 @pytest.fixture(scope="module")
 def quick_table(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("table1")
-    table1("--quick", "--workdir", str(workdir), "--rows", ROWS)
+    table1("--quick", "--workdir", str(workdir), "--rows", ROWS, *LENPEN)
     return workdir
 
 
@@ -48,6 +51,34 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     assert "| warm-emrouting | + EM Routing | 1 | 20 |" in table
 
 
+def test_length_penalty_is_tuned_on_validation_for_each_row(quick_table):
+    payload = json.loads((quick_table / "table1.json").read_text())
+    results = payload["results"]
+    for name, row in results.items():
+        tuned = row["tuned"]
+        assert set(tuned["valid_bleu"]) == {"1", "2"} and tuned["lenpen"] in (1.0, 2.0)
+        assert tuned["valid_bleu"][f"{tuned['lenpen']:g}"] == max(tuned["valid_bleu"].values())
+        assert 0 <= tuned["brevity_penalty"] <= 1 and tuned["bleu"] >= 0
+        assert (quick_table / "translations" / f"{name}.lenpen.txt").is_file()
+        ids = [set(read_generate_output(quick_table / "translations" / "lenpen" / f"{name}.valid.lenpen{lenpen}.txt"))
+               for lenpen in ("1", "2")]
+        # the quick validation split (60 sentences, fairseq skips the few longer than the model's positions)
+        assert ids[0] == ids[1] and ids[0] <= set(range(60)) and len(ids[0]) >= 50
+    em, base = results["warm-emrouting"]["tuned"], results["warm-baseline"]["tuned"]
+    assert em["delta_bleu"] == pytest.approx(em["bleu"] - base["bleu"], abs=0.01)
+    assert 0 <= em["bootstrap_p"] <= 1 and em["sign_better"] + em["sign_worse"] <= 60
+    table = (quick_table / "table1.md").read_text()
+    assert "### Length penalty tuned on the validation split" in table
+    assert f"| warm-emrouting | {em['valid_bleu']['1']:.2f} → " in table
+
+
+def test_a_bad_length_penalty_grid_is_one_clear_line(tmp_path):
+    result = subprocess.run([sys.executable, str(TABLE1), "--quick", "--workdir", str(tmp_path / "w"),
+                             "--lenpen-grid", "1,long"], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: --lenpen-grid: '1,long' is not a comma-separated list of numbers" in result.stderr
+
+
 def test_warm_started_routing_begins_at_the_baselines_loss(quick_table):
     step0 = json.loads((quick_table / "table1.json").read_text())["warm_start_step0"]
     for arch in ("transformer_emrouting_small", "transformer_dynrouting_small"):
@@ -61,8 +92,9 @@ def test_warm_started_dense_connections_begin_at_the_baselines_loss(quick_table)
 
 
 def test_finished_rows_are_not_trained_again(quick_table, tmp_path):
-    result = table1("--quick", "--workdir", str(quick_table), "--rows", ROWS, "--publish", str(tmp_path))
+    result = table1("--quick", "--workdir", str(quick_table), "--rows", ROWS, "--publish", str(tmp_path), *LENPEN)
     assert "[main-job] train warm-emrouting ..." not in result.stdout
+    assert "[main-job] tune length penalty warm-emrouting over 1,2 ..." not in result.stdout
     assert (tmp_path / "table1-cpu.md").read_text() == (quick_table / "table1.md").read_text()
 
 
@@ -72,7 +104,7 @@ def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tm
     speed.write_text(json.dumps({"rows": [{"shape": "small", "system": s, "train_tokens_per_s_ratio": r}
                                           for s, r in ratios.items()]}))
     result = table1("--quick", "--workdir", str(quick_table), "--table", "peers", "--speed-json", str(speed),
-                    "--rows", "scratch-dwa-s1,time-dwa-s1", "--publish", str(tmp_path))
+                    "--rows", "scratch-dwa-s1,time-dwa-s1", "--publish", str(tmp_path), *LENPEN)
     assert "[main-job] train scratch-baseline-s1 ..." not in result.stdout  # shared with Table 1
     payload = json.loads((tmp_path / "peers-cpu.json").read_text())
     results = payload["results"]

@@ -142,13 +142,18 @@ def train_summary(log: Path, start_update: int = 0) -> Dict[str, float]:
 
 def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
              hparams: Dict[str, object], subset: str = "test") -> float:
-    """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it."""
+    """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it.
+
+    ``hparams["lenpen"]``, when given, is fairseq's ``--lenpen`` (otherwise fairseq's default).
+    """
     args = [str(data_bin), "--path", str(checkpoint), "--gen-subset", subset, "--task", "translation",
             "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--beam", str(hparams["beam"]),
             "--batch-size", str(hparams["decode_batch"]), "--remove-bpe", hparams["remove_bpe"],
             "--max-len-a", "1.2", "--max-len-b", "10", "--max-source-positions", "1024",
             "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
             "--user-dir", USER_DIR, *hparams["device_flags"]]
+    if "lenpen" in hparams:
+        args += ["--lenpen", str(hparams["lenpen"])]
     run_logged("fairseq-generate", args, log, stdout_file=hyp_file)
     match = re.search(r"\(([0-9.]+) sentences/s", hyp_file.read_text(encoding="utf-8") + log.read_text())
     if not match:
