@@ -51,8 +51,42 @@ def test_identity_preserving_aggregators_start_at_the_vanilla_loss(report, shape
         assert result["layer_grad_ratio"] == pytest.approx(1.0, abs=1e-3)
 
 
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("family", FAMILIES)
+def test_routing_reports_how_uniform_its_last_agreement_is(report, family, shape):
+    outputs = report[f"transformer_{family}_{shape}"]["outputs"]
+    for side in ("encoder", "decoder"):
+        if family in ("dynrouting", "emrouting"):
+            # the first iteration's C is uniform; later ones may sharpen, never below one-hot
+            assert 0.0 <= outputs[side]["agreement_entropy"] <= 1.0 + 1e-6, (side, outputs[side])
+        else:
+            assert "agreement_entropy" not in outputs[side]
+
+
+def test_health_report_leaves_no_agreement_captured(tiny_data_bin):
+    from fairseq_capsagg.analysis.agreement import routing_modules
+    from fairseq_capsagg.models import CapsAggTransformerModel
+    from fairseq_capsagg.tools import health
+
+    built = []
+    original = CapsAggTransformerModel.build_model.__func__
+
+    def keep(cls, args, task):
+        model = original(cls, args, task)
+        built.append(model)
+        return model
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(CapsAggTransformerModel, "build_model", classmethod(keep))
+        health.health_report(["transformer_dynrouting_small"], str(tiny_data_bin))
+    modules = routing_modules(built[-1])
+    assert set(modules) == {"encoder", "decoder"}
+    assert all(not m.capture_agreement and m.agreement == [] for m in modules.values())
+
+
 def test_health_command_prints_every_side(tiny_data_bin, capsys):
     assert cli_main(["--data", str(tiny_data_bin), "--shapes", "small", "--families", "emrouting",
                      "--model-args=--routing-init identity"]) == 0
     out = capsys.readouterr().out
     assert "| transformer_emrouting_small |" in out and "| encoder |" in out and "| decoder |" in out
+    assert "| agreement entropy / ln N |" in out

@@ -16,6 +16,9 @@ the ``valid`` split goes forward and backward (dropout off). Reported per archit
   of ``encoder.layers`` and ``decoder.layers``) divided by the vanilla model's on the same batch;
 * ``aggregator_grad_share``: the aggregation modules' share of the squared gradient norm of the
   whole model, and ``grad_norm``, the whole model's gradient norm (``--clip-norm`` clips above it);
+* ``agreement_entropy`` (routing families): the entropy of the agreement C_{l->n} of the last
+  routing iteration over the N output capsules, averaged over the real positions and divided by
+  ln N: 1 is uniform routing, 0 sends every input capsule to a single output capsule;
 * ``loss``: label-smoothed cross-entropy per target token in bits (ln |V| / ln 2 is uniform).
 """
 
@@ -29,6 +32,7 @@ from fairseq import options, tasks
 
 from .. import USER_DIR
 from ..aggregators import families
+from ..analysis.agreement import AgreementAccumulator, routing_modules
 from ..models import SHAPES, CapsAggTransformerModel
 from ..models.aggregating_stack import AGGREGATION_MODULES
 
@@ -88,12 +92,26 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
 
     watch("encoder", model.encoder)
     watch("decoder", model.decoder)
+    routing = routing_modules(model)
     model.eval()
     model.zero_grad()
-    loss, sample_size, _ = criterion(model, sample)
+    for module in routing.values():
+        module.capture_agreement = True
+    try:
+        loss, sample_size, _ = criterion(model, sample)
+    finally:
+        for module in routing.values():
+            module.capture_agreement = False
+        for hook in hooks:
+            hook.remove()
+    for side, module in routing.items():
+        accumulator = AgreementAccumulator()
+        accumulator.add(module)
+        module.agreement = []
+        if module.output_capsules > 1:  # one output capsule: nothing to route
+            outputs[side]["agreement_entropy"] = (accumulator.summary()["entropy"][-1]
+                                                  / math.log(module.output_capsules))
     (loss / sample_size).backward()
-    for hook in hooks:
-        hook.remove()
     named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
     layers = [g for name, g in named if name.split(".")[1:2] == ["layers"]]
     aggregation = [g for name, g in named if name.split(".")[1:2][0] in AGGREGATION_MODULES]
@@ -133,12 +151,14 @@ def health_report(archs: List[str], data: str, extra: Sequence[str] = (), seed: 
 
 def format_report(report: Dict[str, Dict[str, object]]) -> str:
     lines = ["| architecture | loss (bits) | side | aggregate std | after LayerNorm | eps share "
-             "| layer grad / vanilla | aggregator grad share | grad norm |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+             "| agreement entropy / ln N | layer grad / vanilla | aggregator grad share | grad norm |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     for arch, r in report.items():
         for side, out in r["outputs"].items():
+            entropy = f"{out['agreement_entropy']:.2f}" if "agreement_entropy" in out else "–"
             lines.append(f"| {arch} | {r['loss']:.3f} (vanilla {r['vanilla_loss']:.3f}) | {side} "
                          f"| {out['aggregate_std']:.3g} | {out['normalised_std']:.3g} | {out['eps_share']:.2g} "
+                         f"| {entropy} "
                          f"| {r['layer_grad_ratio']:.2f} | {r['aggregator_grad_share']:.2f} | {r['grad_norm']:.2f} |")
     return "\n".join(lines)
 
