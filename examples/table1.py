@@ -263,7 +263,7 @@ def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages,
         hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
         return {**tuned, "untranslated_ids": missing, **evaluation.corpus_scores(hyps, raw_refs)}
 
-    grid = ",".join(f"{v:g}" for v in args.lenpen_grid)
+    grid = ",".join(map(length_penalty.key, args.lenpen_grid))
     return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)
 
 
@@ -324,8 +324,8 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
         out.append("")
     tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
     if tuned:
-        default = f"{length_penalty.FAIRSEQ_LENPEN:g}"
-        grid = ", ".join(f"{v:g}" for v in args.lenpen_grid)
+        default = length_penalty.key(length_penalty.FAIRSEQ_LENPEN)
+        grid = ", ".join(map(length_penalty.key, args.lenpen_grid))
         out += [f"### Length penalty tuned on the validation split, each row on its own (`--lenpen` from {grid}; "
                 "against the row named in its protocol's title, also tuned)", "",
                 f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
@@ -333,7 +333,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                 "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for row in tuned:
             res = results[row.name]["tuned"]
-            lenpen = f"{res['lenpen']:g}"
+            lenpen = length_penalty.key(res["lenpen"])
             before = res["valid_bleu"].get(default)
             before = "–" if before is None else f"{before:.2f}"
             out.append(f"| {row.name} | {before} → {res['valid_bleu'][lenpen]:.2f} | {lenpen} | {score_cells(res)} |")

@@ -16,6 +16,11 @@ from . import fairseq_runs
 FAIRSEQ_LENPEN = 1.0
 
 
+def key(lenpen: float) -> str:
+    """How a length penalty is written in file names, stage names, tables and JSON keys ("1", "1.5")."""
+    return f"{lenpen:g}"
+
+
 def best_length_penalty(valid_bleu: Dict[float, float]) -> float:
     """The length penalty with the highest validation BLEU; among equal scores, the one nearest
     fairseq's default (so a flat curve keeps the decoding every other table uses)."""
@@ -31,10 +36,10 @@ def tune(data_bin: Path, checkpoint: Path, grid: Sequence[float], hparams: Dict[
     """
     valid_bleu: Dict[float, float] = {}
     for lenpen in grid:
-        stem = f"{name}.valid.lenpen{lenpen:g}"
+        stem = f"{name}.valid.lenpen{key(lenpen)}"
         hyp_file, log = out_dir / f"{stem}.txt", out_dir / f"{stem}.log"
         fairseq_runs.generate(data_bin, checkpoint, hyp_file, log, dict(hparams, lenpen=lenpen), subset="valid")
         hyps, _ = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), len(references))
         valid_bleu[lenpen] = evaluation.corpus_scores(hyps, references)["bleu"]
     return {"lenpen": best_length_penalty(valid_bleu),
-            "valid_bleu": {f"{lenpen:g}": bleu for lenpen, bleu in valid_bleu.items()}}
+            "valid_bleu": {key(lenpen): bleu for lenpen, bleu in valid_bleu.items()}}
