@@ -72,6 +72,20 @@ def test_rerun_skips_finished_stages(quick_run):
     assert json.loads(before)["rows"][1]["bleu"] == json.loads((workdir / "results.json").read_text())["rows"][1]["bleu"]
 
 
+def test_binarisation_stopped_half_way_is_redone(quick_run, tmp_path):
+    workdir = tmp_path / "copy"
+    shutil.copytree(quick_run[0], workdir)
+    stages = json.loads((workdir / "stages.json").read_text())
+    del stages["binarise"]  # stopped after fairseq-preprocess wrote the dictionaries, before the stage ended
+    (workdir / "stages.json").write_text(json.dumps(stages))
+    for binary in (workdir / "data-bin").glob("valid.*"):
+        binary.unlink()
+    result = main_job("--quick", "--workdir", str(workdir))
+    assert "[main-job] binarise: finished" in result.stdout
+    assert sorted(p.name for p in (workdir / "data-bin").iterdir()) == \
+        sorted(p.name for p in (quick_run[0] / "data-bin").iterdir())
+
+
 def test_other_configuration_in_the_same_workdir_is_refused(quick_run):
     workdir, _ = quick_run
     checkpoint = workdir / "checkpoints" / "emrouting" / "checkpoint_last.pt"

@@ -17,6 +17,7 @@ corpus -> subwords -> binarise -> train (every system, same number of updates)
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -145,6 +146,8 @@ def prepare_data(args: argparse.Namespace, corpus_dir: Path, stages: "Stages", l
     data_bin = work / "data-bin"
 
     def binarise():
+        # a binarisation stopped half way leaves files that fairseq-preprocess refuses to overwrite
+        shutil.rmtree(data_bin, ignore_errors=True)
         fairseq_runs.run_logged("fairseq-preprocess", [
             "--source-lang", args.source_lang, "--target-lang", args.target_lang,
             "--trainpref", str(encoded / "train"), "--validpref", str(encoded / "valid"),
