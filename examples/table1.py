@@ -90,6 +90,10 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
         # the identity start from scratch: input capsules and votes that carry H^L, as in the warm rows
         rows.append(Row("scratch-emrouting-identity-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
                         tuple(fairseq_runs.warm_start_flags("emrouting"))))
+    if "dynrouting" in aggregators:
+        # the softmax of Eq. 10 over the input capsules: with the paper's, dynamic routing does not learn at N = d
+        rows.append(Row("scratch-dynrouting-inputsoftmax-s1", "dynrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--routing-softmax", "input")))
     return rows
 
 

@@ -1,10 +1,25 @@
 """Layer aggregation by iterative dynamic routing (Algorithm 1 of Dou et al. 2019)."""
 
+from dataclasses import dataclass
+from typing import Dict
+
 import torch
 from torch import Tensor
 
-from .capsules import CapsuleRouting, squash
+from .capsules import CapsuleRouting, RoutingSettings, squash
 from .registry import register_aggregator
+from .settings import setting
+
+#: ``--routing-softmax`` values: what the agreement C_{l->n} sums to 1 over.
+SOFTMAX_AXES = ("output", "input")
+
+
+@dataclass
+class DynamicRoutingSettings(RoutingSettings):
+    routing_softmax: str = setting(
+        "output", "dynamic routing: the routing softmax of Eq. 10 over the N output capsules, so that "
+                  "sum_n C_l->n = 1 (output, the paper's), or over the L input capsules, so that "
+                  "sum_l C_l->n = 1 (input; not the paper's)", choices=SOFTMAX_AXES)
 
 
 @register_aggregator
@@ -18,14 +33,32 @@ class DynamicRouting(CapsuleRouting):
     last iteration's logit update is skipped because nothing reads it.
     Both sums are element-wise products summed over one axis (see
     :class:`~fairseq_capsagg.aggregators.em_routing.EMRouting` for why not einsums).
+
+    With ``routing_softmax='input'`` (not the paper's) the softmax of Eq. 10
+    runs over the L input capsules instead, so each output capsule receives a
+    convex combination of its L votes: S_n starts as their mean, at the
+    votes' own scale for any N, and routing reweights layers per output
+    capsule instead of making the N output capsules compete for each layer.
+    See :meth:`vote_gain` for why the paper's softmax fails at N = d.
     """
 
     name = "dynamic-routing"
     family = "dynrouting"
     label = "Dynamic Routing"
+    Settings = DynamicRoutingSettings
+
+    @classmethod
+    def routing_kwargs(cls, embed_dim: int, settings: DynamicRoutingSettings) -> Dict[str, object]:
+        return {**super().routing_kwargs(embed_dim, settings), "routing_softmax": settings.routing_softmax}
+
+    def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
+                 routing_softmax: str = "output", **kwargs):
+        self.routing_softmax = routing_softmax  # read by vote_gain() during the parent's initialisation
+        super().__init__(embed_dim, num_layers, output_capsules, routing_iters, **kwargs)
 
     def vote_gain(self) -> float:
-        """max(1, (N / L)^0.4): 3.4 at N = d = 128 with L = 6, 5.9 at N = d = 512.
+        """max(1, (N / L)^0.4) with the paper's softmax: 3.4 at N = d = 128 with L = 6, 5.9
+        at N = d = 512; 1 with the softmax over input capsules, where C starts at 1/L.
 
         With C = 1/N in the first iteration, S_n = (1/N) sum_l V_{l->n}; for
         scalar capsules (N = d) it is so small that squash(S) ~ S|S| leaves
@@ -37,15 +70,20 @@ class DynamicRouting(CapsuleRouting):
         with the same report at the small and base shapes: 1/3 still leaves
         the base aggregate 17% eps, 1/2 raises the gradient norm 2.7x (small)
         and 4.8x (base); 0.4 keeps both within 1.2x of the vanilla model's.
-        Capsules of width > 1 (N well below d) need no gain. Algorithm 1
-        itself is unchanged.
+        That only holds at initialisation: trained from scratch, the softmax
+        still saturates (one output capsule per input capsule) and the model
+        does not learn (``--routing-softmax input`` does).
+        Capsules of width > 1 (N well below d) need no gain.
         """
+        if self.routing_softmax == "input":
+            return 1.0
         return max(1.0, (self.output_capsules / self.num_layers) ** 0.4)
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
+        softmax_dim = -1 if self.routing_softmax == "output" else -2  # logits are (..., L, N)
         logits = votes.new_zeros(votes.shape[:-1])
         for step in range(self.routing_iters):
-            agreement = torch.softmax(logits, dim=-1)
+            agreement = torch.softmax(logits, dim=softmax_dim)
             self.record(agreement)
             omega = squash((agreement.unsqueeze(-1) * votes).sum(dim=-3))
             if step + 1 < self.routing_iters:
