@@ -38,14 +38,21 @@ def squash(s):
     return (norm ** 2 / (1 + norm ** 2)) * s / norm
 
 
-def dynamic_routing(votes, iters):
-    """Algorithm 1: returns (output capsules, list of C per iteration)."""
+def dynamic_routing(votes, iters, softmax_over="output"):
+    """Algorithm 1: returns (output capsules, list of C per iteration).
+
+    ``softmax_over='input'``: Eq. 10 normalised over the input capsules l instead of the output capsules n.
+    """
     num_layers, n_caps = len(votes), len(votes[0])
     logits = [[0.0] * n_caps for _ in range(num_layers)]
     history = []
     for _ in range(iters):
-        c = [[math.exp(logits[l][n]) / sum(math.exp(x) for x in logits[l]) for n in range(n_caps)]
-             for l in range(num_layers)]
+        if softmax_over == "output":
+            c = [[math.exp(logits[l][n]) / sum(math.exp(x) for x in logits[l]) for n in range(n_caps)]
+                 for l in range(num_layers)]
+        else:
+            c = [[math.exp(logits[l][n]) / sum(math.exp(logits[k][n]) for k in range(num_layers))
+                  for n in range(n_caps)] for l in range(num_layers)]
         history.append(c)
         omega = []
         for n in range(n_caps):

@@ -62,6 +62,21 @@ def test_accumulator_skips_padded_positions():
     assert summary["entropy"][1] == pytest.approx(agreement_entropy(real).mean().item())
 
 
+def test_accumulator_takes_the_entropy_over_the_axis_the_agreement_sums_over():
+    torch.manual_seed(0)
+    agg = build_aggregator("dynamic-routing", 8, 3, {"output_capsules": 4, "routing_iters": 2,
+                                                     "routing_softmax": "input"})
+    agg.capture_agreement = True
+    agg([torch.randn(4, 2, 8) for _ in range(3)], None)
+    acc = AgreementAccumulator()
+    acc.add(agg)
+    summary = acc.summary()
+    assert summary["entropy_over"] == "input capsules"
+    assert summary["entropy"][0] == pytest.approx(math.log(3))  # uniform over L = 3, not N = 4
+    per_output_capsule = agreement_entropy(agg.agreement[1].reshape(-1, 3, 4).transpose(-1, -2))
+    assert summary["entropy"][1] == pytest.approx(per_output_capsule.mean().item())
+
+
 def test_length_buckets_boundaries():
     sources = ["a " * n for n in (1, 9, 10, 19, 20, 55)]
     buckets = dict(length_buckets(sources, [0, 10, 20, math.inf]))

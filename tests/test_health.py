@@ -90,3 +90,14 @@ def test_health_command_prints_every_side(tiny_data_bin, capsys):
     out = capsys.readouterr().out
     assert "| transformer_emrouting_small |" in out and "| encoder |" in out and "| decoder |" in out
     assert "| agreement entropy / ln N |" in out
+
+
+def test_softmax_over_input_capsules_is_healthy_and_its_entropy_is_over_layers(tiny_data_bin):
+    result = health_report(["transformer_dynrouting_small"], str(tiny_data_bin),
+                           ["--routing-softmax", "input"])["transformer_dynrouting_small"]
+    assert 0.5 <= result["layer_grad_ratio"] <= 2.0, result
+    for side in ("encoder", "decoder"):
+        out = result["outputs"][side]
+        assert out["eps_share"] < 0.01 and out["normalised_std"] > 0.5, (side, out)
+        # over L = 6 layers and divided by ln L: within [0, 1] (over N it would exceed 1)
+        assert 0.0 < out["agreement_entropy"] <= 1.0 + 1e-6, (side, out)

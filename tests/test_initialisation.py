@@ -66,6 +66,8 @@ def test_dynamic_routing_vote_gain_lifts_scalar_capsules_only():
     assert DynamicRouting(128, 6, 128, 3).vote_gain() == pytest.approx((128 / 6) ** 0.4)
     assert DynamicRouting(128, 6, 4, 3).vote_gain() == 1.0
     assert EMRouting(128, 6, 128, 3).vote_gain() == 1.0
+    # with the softmax over input capsules C starts at 1/L, not 1/N: no gain at any N
+    assert DynamicRouting(128, 6, 128, 3, routing_softmax="input").vote_gain() == 1.0
 
 
 def identity_routing(name: str, d: int = 32, n: int = 32):

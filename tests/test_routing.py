@@ -11,12 +11,12 @@ T, B, D, L = 3, 2, 8, 4
 ROUTINGS = ["dynamic-routing", "em-routing"]
 
 
-def build(name, n_caps=4, iters=3, capsule_input="all", seed=0):
+def build(name, n_caps=4, iters=3, capsule_input="all", seed=0, **settings):
     """``capsule_input`` 'all-rank3' means 'all' factorised through a rank-3 bottleneck."""
     torch.manual_seed(seed)
     rank = int(capsule_input.split("rank")[1]) if "rank" in capsule_input else 0
     cfg = {"output_capsules": n_caps, "routing_iters": iters, "capsule_input": capsule_input.split("-")[0],
-           "capsule_rank": rank}
+           "capsule_rank": rank, **settings}
     agg = build_aggregator(name, D, L, cfg)
     if name == "em-routing":
         with torch.no_grad():  # non-trivial betas so that Eq. 15 is exercised
@@ -33,16 +33,17 @@ def layers(t=T, b=B, scale=1.0, seed=1):
 @pytest.mark.parametrize("n_caps", [1, 4, D])
 @pytest.mark.parametrize("iters", [1, 3])
 @pytest.mark.parametrize("capsule_input", ["all", "layer", "all-rank3"])
+@pytest.mark.parametrize("routing_softmax", ["output", "input"])
 @torch.no_grad()
-def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input):
-    agg = build("dynamic-routing", n_caps, iters, capsule_input)
+def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input, routing_softmax):
+    agg = build("dynamic-routing", n_caps, iters, capsule_input, routing_softmax=routing_softmax)
     agg.capture_agreement = True
     xs = layers()
     out = agg(xs, None)
     for t in range(T):
         for b in range(B):
             _, votes = ref.reference_votes(agg, [x[t, b].double() for x in xs])
-            omega, history = ref.dynamic_routing(votes, iters)
+            omega, history = ref.dynamic_routing(votes, iters, routing_softmax)
             torch.testing.assert_close(out[t, b].double(), torch.cat(omega), rtol=1e-4, atol=1e-5)
             for it in range(iters):
                 torch.testing.assert_close(agg.agreement[it][t, b].double(),
@@ -88,6 +89,16 @@ def test_agreement_is_a_distribution_over_output_capsules(name):
     torch.testing.assert_close(agg.agreement[0], torch.full((T, B, L, 4), 0.25))
 
 
+def test_softmax_over_input_capsules_is_a_distribution_over_layers():
+    agg = build("dynamic-routing", n_caps=4, iters=4, routing_softmax="input")
+    agg.capture_agreement = True
+    agg(layers(scale=3.0), None)
+    for c in agg.agreement:
+        assert c.shape == (T, B, L, 4) and (c >= 0).all()
+        torch.testing.assert_close(c.sum(-2), torch.ones(T, B, 4))
+    torch.testing.assert_close(agg.agreement[0], torch.full((T, B, L, 4), 1 / L))
+
+
 def test_nothing_is_recorded_unless_capturing():
     agg = build("em-routing")
     agg(layers(), None)
@@ -115,6 +126,15 @@ def test_dynamic_routing_one_iteration_closed_form():
     votes = agg.build_votes(agg.build_input_capsules(torch.stack(xs, 2)))
     expected = squash(votes.sum(dim=2) / 4).flatten(-2)
     torch.testing.assert_close(agg(xs, None), expected)
+
+
+def test_dynamic_routing_over_input_capsules_one_iteration_closed_form():
+    """T = 1 with the softmax over input capsules: Omega_n = squash(mean_l V_{l->n}), for any N."""
+    for n_caps in (1, 4, D):
+        agg = build("dynamic-routing", n_caps=n_caps, iters=1, routing_softmax="input")
+        xs = layers()
+        votes = agg.build_votes(agg.build_input_capsules(torch.stack(xs, 2)))
+        torch.testing.assert_close(agg(xs, None), squash(votes.mean(dim=2)).flatten(-2))
 
 
 def test_em_routing_one_iteration_closed_form():

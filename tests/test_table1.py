@@ -48,6 +48,7 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     assert "| scratch-emrouting-s1 | + EM Routing | 1 | pending |" in table
     assert "| scratch-emrouting-rawlayers-s1 | + EM Routing (--aggregation-layer-norm off) | 1 | pending |" in table
     assert "| scratch-emrouting-identity-s1 | + EM Routing (--routing-init identity) | 1 | pending |" in table
+    assert "| scratch-dynrouting-inputsoftmax-s1 | + Dynamic Routing (--routing-softmax input) | 1 | pending |" in table
     assert "| warm-emrouting | + EM Routing | 1 | 20 |" in table
 
 

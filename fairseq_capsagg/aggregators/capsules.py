@@ -87,6 +87,8 @@ class CapsuleRouting(LayerAggregator):
 
     Settings = RoutingSettings
     scaled_output = True
+    #: What the agreement C_{l->n} sums to 1 over: the N ``output`` capsules (Eq. 10) or the L ``input`` ones.
+    routing_softmax = "output"
     warm_start_flags = ("--routing-init", "identity")
 
     @classmethod

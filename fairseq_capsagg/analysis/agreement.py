@@ -20,8 +20,10 @@ class AgreementAccumulator:
         self.entropy: List[float] = []
         self.diversity: List[float] = []
         self.output_activation: List[float] = []
+        self.entropy_over = "output capsules"
 
     def add(self, module: CapsuleRouting) -> None:
+        self.entropy_over = f"{module.routing_softmax} capsules"
         real = None
         if module.captured_padding_mask is not None:
             real = ~module.captured_padding_mask.transpose(0, 1)  # (T, B)
@@ -35,7 +37,9 @@ class AgreementAccumulator:
                 self.entropy.append(0.0)
                 self.diversity.append(0.0)
             self.mean_agreement[it] += c.double().sum(0)
-            self.entropy[it] += agreement_entropy(c).sum().item()
+            # entropy over the axis C sums to 1 over: output capsules (the paper's), or input capsules
+            self.entropy[it] += agreement_entropy(c if module.routing_softmax == "output" else c.transpose(-1, -2)
+                                                  ).sum().item()
             self.diversity[it] += agreement_diversity(c).sum().item()
         if isinstance(module, EMRouting):
             for it, a in enumerate(module.output_activations):
@@ -47,7 +51,7 @@ class AgreementAccumulator:
 
     def summary(self) -> Dict[str, object]:
         n = max(self.positions, 1)
-        out = {"positions": self.positions, "entropy": [e / n for e in self.entropy],
+        out = {"positions": self.positions, "entropy": [e / n for e in self.entropy], "entropy_over": self.entropy_over,
                "diversity": [d / n for d in self.diversity]}
         if self.output_activation:
             out["mean_output_activation"] = [a / n for a in self.output_activation]

@@ -18,7 +18,8 @@ the ``valid`` split goes forward and backward (dropout off). Reported per archit
   whole model, and ``grad_norm``, the whole model's gradient norm (``--clip-norm`` clips above it);
 * ``agreement_entropy`` (routing families): the entropy of the agreement C_{l->n} of the last
   routing iteration over the N output capsules, averaged over the real positions and divided by
-  ln N: 1 is uniform routing, 0 sends every input capsule to a single output capsule;
+  ln N: 1 is uniform routing, 0 sends every input capsule to a single output capsule (with
+  ``--routing-softmax input``: over the L input capsules, divided by ln L);
 * ``loss``: label-smoothed cross-entropy per target token in bits (ln |V| / ln 2 is uniform).
 """
 
@@ -108,9 +109,9 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
         accumulator = AgreementAccumulator()
         accumulator.add(module)
         module.agreement = []
-        if module.output_capsules > 1:  # one output capsule: nothing to route
-            outputs[side]["agreement_entropy"] = (accumulator.summary()["entropy"][-1]
-                                                  / math.log(module.output_capsules))
+        choices = module.output_capsules if module.routing_softmax == "output" else module.num_layers
+        if choices > 1:  # one output capsule: nothing to route
+            outputs[side]["agreement_entropy"] = accumulator.summary()["entropy"][-1] / math.log(choices)
     (loss / sample_size).backward()
     named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
     layers = [g for name, g in named if name.split(".")[1:2] == ["layers"]]
