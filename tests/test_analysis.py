@@ -77,6 +77,24 @@ def test_accumulator_takes_the_entropy_over_the_axis_the_agreement_sums_over():
     assert summary["entropy"][1] == pytest.approx(per_output_capsule.mean().item())
 
 
+@pytest.mark.parametrize("scale,dead,saturated", [(1e-3, 1.0, 0.0), (1e3, 0.0, 1.0)])
+def test_accumulator_counts_dead_and_saturated_scalar_capsules(scale, dead, saturated):
+    """Scalar capsules (N = d): squash leaves ~0 for tiny sums and only the sign for large ones."""
+    torch.manual_seed(0)
+    agg = build_aggregator("dynamic-routing", 8, 3, {"output_capsules": 8, "routing_iters": 2,
+                                                     "routing_softmax": "input"})
+    agg.capture_agreement = True
+    mask = torch.tensor([[False] * 4, [False, False, True, True]])
+    agg([scale * torch.randn(4, 2, 8) for _ in range(3)], mask)
+    acc = AgreementAccumulator()
+    acc.add(agg)
+    lengths = acc.summary()["output_capsule_length"]
+    assert lengths["share_below_0.05"] == pytest.approx(dead, abs=0.05)
+    assert lengths["share_above_0.9"] == pytest.approx(saturated, abs=0.05)
+    assert 0.0 <= lengths["mean"] < 1.0
+    assert acc.capsule_length["count"] == 6 * 8  # real positions only
+
+
 def test_length_buckets_boundaries():
     sources = ["a " * n for n in (1, 9, 10, 19, 20, 55)]
     buckets = dict(length_buckets(sources, [0, 10, 20, math.inf]))

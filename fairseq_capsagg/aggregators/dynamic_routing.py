@@ -40,6 +40,11 @@ class DynamicRouting(CapsuleRouting):
     votes' own scale for any N, and routing reweights layers per output
     capsule instead of making the N output capsules compete for each layer.
     See :meth:`vote_gain` for why the paper's softmax fails at N = d.
+
+    When capturing, :attr:`capsule_lengths` (T, B, N) keeps |Omega_n| of the
+    last iteration with the agreement: squash bounds it below 1, and with
+    scalar capsules a length near 0 (dead) or near 1 (only the sign left) is
+    where Eq. 6 stops passing magnitudes on.
     """
 
     name = "dynamic-routing"
@@ -55,6 +60,7 @@ class DynamicRouting(CapsuleRouting):
                  routing_softmax: str = "output", **kwargs):
         self.routing_softmax = routing_softmax  # read by vote_gain() during the parent's initialisation
         super().__init__(embed_dim, num_layers, output_capsules, routing_iters, **kwargs)
+        self.capsule_lengths: Tensor = torch.empty(0)
 
     def vote_gain(self) -> float:
         """max(1, (N / L)^0.4) with the paper's softmax: 3.4 at N = d = 128 with L = 6, 5.9
@@ -88,4 +94,6 @@ class DynamicRouting(CapsuleRouting):
             omega = squash((agreement.unsqueeze(-1) * votes).sum(dim=-3))
             if step + 1 < self.routing_iters:
                 logits = logits + (omega.unsqueeze(-3) * votes).sum(dim=-1)
+        if self.capture_agreement:
+            self.capsule_lengths = omega.detach().norm(dim=-1)
         return omega

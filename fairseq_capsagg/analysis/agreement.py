@@ -11,6 +11,10 @@ from .plotting import plot_heatmaps
 from .statistics import agreement_diversity, agreement_entropy
 
 
+#: Output capsule lengths |Omega_n| (squash keeps them below 1) counted as dead or saturated.
+DEAD_CAPSULE, SATURATED_CAPSULE = 0.05, 0.9
+
+
 class AgreementAccumulator:
     """Sums per-iteration agreement statistics of one routing module over real positions."""
 
@@ -21,6 +25,8 @@ class AgreementAccumulator:
         self.diversity: List[float] = []
         self.output_activation: List[float] = []
         self.entropy_over = "output capsules"
+        #: dynamic routing: summed |Omega_n| and the counts of dead (< 0.05) and saturated (> 0.9) capsules
+        self.capsule_length = {"sum": 0.0, "dead": 0.0, "saturated": 0.0, "count": 0}
 
     def add(self, module: CapsuleRouting) -> None:
         self.entropy_over = f"{module.routing_softmax} capsules"
@@ -41,6 +47,13 @@ class AgreementAccumulator:
             self.entropy[it] += agreement_entropy(c if module.routing_softmax == "output" else c.transpose(-1, -2)
                                                   ).sum().item()
             self.diversity[it] += agreement_diversity(c).sum().item()
+        lengths = getattr(module, "capsule_lengths", None)
+        if lengths is not None and lengths.numel():
+            lengths = (lengths if real is None else lengths[real]).double()
+            self.capsule_length["sum"] += lengths.sum().item()
+            self.capsule_length["dead"] += (lengths < DEAD_CAPSULE).sum().item()
+            self.capsule_length["saturated"] += (lengths > SATURATED_CAPSULE).sum().item()
+            self.capsule_length["count"] += lengths.numel()
         if isinstance(module, EMRouting):
             for it, a in enumerate(module.output_activations):
                 a = a if real is None else a[real]
@@ -55,6 +68,11 @@ class AgreementAccumulator:
                "diversity": [d / n for d in self.diversity]}
         if self.output_activation:
             out["mean_output_activation"] = [a / n for a in self.output_activation]
+        count = self.capsule_length["count"]
+        if count:
+            out["output_capsule_length"] = {"mean": self.capsule_length["sum"] / count,
+                                            f"share_below_{DEAD_CAPSULE}": self.capsule_length["dead"] / count,
+                                            f"share_above_{SATURATED_CAPSULE}": self.capsule_length["saturated"] / count}
         return out
 
 
