@@ -56,10 +56,10 @@ class DynamicRouting(CapsuleRouting):
     def routing_kwargs(cls, embed_dim: int, settings: DynamicRoutingSettings) -> Dict[str, object]:
         return {**super().routing_kwargs(embed_dim, settings), "routing_softmax": settings.routing_softmax}
 
-    def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
+    def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int, *args,
                  routing_softmax: str = "output", **kwargs):
         self.routing_softmax = routing_softmax  # read by vote_gain() during the parent's initialisation
-        super().__init__(embed_dim, num_layers, output_capsules, routing_iters, **kwargs)
+        super().__init__(embed_dim, num_layers, output_capsules, routing_iters, *args, **kwargs)
         self.capsule_lengths: Tensor = torch.empty(0)
 
     def vote_gain(self) -> float:
