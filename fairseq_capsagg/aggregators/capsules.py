@@ -91,6 +91,11 @@ class CapsuleRouting(LayerAggregator):
     routing_softmax = "output"
     warm_start_flags = ("--routing-init", "identity")
 
+    @property
+    def agreement_dim(self) -> int:
+        """The axis of the (..., L, N) agreement C that sums to 1: -1 (output capsules) or -2 (input)."""
+        return -1 if self.routing_softmax == "output" else -2
+
     @classmethod
     def validate(cls, settings: RoutingSettings, embed_dim: int, side: str = "") -> None:
         super().validate(settings, embed_dim, side)

@@ -86,10 +86,9 @@ class DynamicRouting(CapsuleRouting):
         return max(1.0, (self.output_capsules / self.num_layers) ** 0.4)
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        softmax_dim = -1 if self.routing_softmax == "output" else -2  # logits are (..., L, N)
         logits = votes.new_zeros(votes.shape[:-1])
         for step in range(self.routing_iters):
-            agreement = torch.softmax(logits, dim=softmax_dim)
+            agreement = torch.softmax(logits, dim=self.agreement_dim)
             self.record(agreement)
             omega = squash((agreement.unsqueeze(-1) * votes).sum(dim=-3))
             if step + 1 < self.routing_iters:

@@ -25,6 +25,7 @@ class AgreementAccumulator:
         self.diversity: List[float] = []
         self.output_activation: List[float] = []
         self.entropy_over = "output capsules"
+        self.entropy_choices = 0  # the size of that axis: ln of it is the entropy of uniform agreement
         #: dynamic routing: summed |Omega_n| and the counts of dead (< 0.05) and saturated (> 0.9) capsules
         self.capsule_length = {"sum": 0.0, "dead": 0.0, "saturated": 0.0, "count": 0}
 
@@ -44,8 +45,8 @@ class AgreementAccumulator:
                 self.diversity.append(0.0)
             self.mean_agreement[it] += c.double().sum(0)
             # entropy over the axis C sums to 1 over: output capsules (the paper's), or input capsules
-            self.entropy[it] += agreement_entropy(c if module.routing_softmax == "output" else c.transpose(-1, -2)
-                                                  ).sum().item()
+            self.entropy[it] += agreement_entropy(c.transpose(module.agreement_dim, -1)).sum().item()
+            self.entropy_choices = c.shape[module.agreement_dim]
             self.diversity[it] += agreement_diversity(c).sum().item()
         lengths = getattr(module, "capsule_lengths", None)
         if lengths is not None and lengths.numel():

@@ -109,9 +109,9 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
         accumulator = AgreementAccumulator()
         accumulator.add(module)
         module.agreement = []
-        choices = module.output_capsules if module.routing_softmax == "output" else module.num_layers
-        if choices > 1:  # one output capsule: nothing to route
-            outputs[side]["agreement_entropy"] = accumulator.summary()["entropy"][-1] / math.log(choices)
+        if accumulator.entropy_choices > 1:  # one capsule to choose from: nothing to route
+            outputs[side]["agreement_entropy"] = (accumulator.summary()["entropy"][-1]
+                                                  / math.log(accumulator.entropy_choices))
     (loss / sample_size).backward()
     named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
     layers = [g for name, g in named if name.split(".")[1:2] == ["layers"]]
