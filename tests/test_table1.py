@@ -49,6 +49,10 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     assert "| scratch-emrouting-rawlayers-s1 | + EM Routing (--aggregation-layer-norm off) | 1 | pending |" in table
     assert "| scratch-emrouting-identity-s1 | + EM Routing (--routing-init identity) | 1 | pending |" in table
     assert "| scratch-dynrouting-inputsoftmax-s1 | + Dynamic Routing (--routing-softmax input) | 1 | pending |" in table
+    assert "| scratch-emrouting-iter1-s1 | + EM Routing (--routing-iters 1) | 1 | pending |" in table
+    for system, label in (("baseline", "Transformer"), ("emrouting", "+ EM Routing"),
+                          ("linagg", "+ Linear Combination"), ("dyncomb", "+ Dynamic Combination")):
+        assert f"| scratch-{system}-s2 | {label} | 2 | pending |" in table  # the default second seeds
     assert "| warm-emrouting | + EM Routing | 1 | 20 |" in table
 
 
@@ -117,6 +121,8 @@ def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tm
     assert "| time-emrouting-s1 | + EM Routing | 1 | pending |" in table
     assert "| scratch-mudd-s1 | + MUDD connections | 1 | pending |" in table
     assert "| warm-" not in table and "Warm start" not in table and "equal wall-clock" in table
+    assert "| scratch-emrouting-s2 | + EM Routing | 2 | pending |" in table
+    assert "scratch-dyncomb-s2" not in table and "scratch-linagg-s2" not in table  # second seeds of Table 1 only
     # Table 1 itself still lists the paper's systems only
     assert "scratch-dwa" not in (quick_table / "table1.md").read_text()
 
