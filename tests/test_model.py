@@ -112,3 +112,26 @@ def test_impossible_settings_are_refused_before_building(extra, pattern):
     with pytest.raises(AggregationConfigError, match=pattern):
         build_tiny_model("transformer_emrouting_base", extra)
 
+
+
+@pytest.mark.parametrize(
+    "arch,extra,ignored",
+    [
+        ("transformer_dyncomb_base", ["--routing-iters", "2", "--output-capsules", "8"],
+         "--output-capsules 8, --routing-iters 2"),
+        ("transformer_emrouting_base", ["--routing-iters", "2"], None),
+        ("transformer_emrouting_base", ["--depth-attention-query", "dynamic"], "--depth-attention-query dynamic"),
+        ("transformer_emrouting_base", ["--aggregation-ffn-dim", "8"], "--aggregation-ffn-dim 8"),
+        # the tiny shape sets --output-capsules 4, which only routing reads
+        ("transformer_dwa_base", ["--routing-softmax", "input"], "--output-capsules 4, --routing-softmax input"),
+        ("transformer_dwa_base", ["--output-capsules", "16"], "--output-capsules 16"),
+        ("transformer_dynrouting_base", ["--routing-softmax", "input"], None),
+    ],
+)
+def test_settings_no_chosen_aggregator_reads_are_named_in_one_warning(arch, extra, ignored, caplog):
+    build_tiny_model(arch, extra)
+    warnings = [r.getMessage() for r in caplog.records if "no chosen aggregator reads" in r.getMessage()]
+    if ignored is None:
+        assert warnings == []
+    else:
+        assert len(warnings) == 1 and warnings[0].endswith(f"reads {ignored}; ignored")

@@ -1,7 +1,8 @@
 """What the aggregating encoder and decoder share: their aggregation, its flags and its warm start."""
 
+import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Type
 
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
@@ -12,14 +13,19 @@ from ..aggregators import (
     LayerAggregator,
     Settings,
     aggregation_choices,
+    aggregator_class,
     build_aggregator,
     build_dense_connections,
     dense_connection_class,
     setting,
+    settings_classes,
     validate_settings,
 )
+from ..aggregators.settings import distinct_fields, flag_name
 from .dense_connections import DenseConnections
 from .warm_start import fill_missing_keys
+
+logger = logging.getLogger(__name__)
 
 #: Submodules that a vanilla Transformer checkpoint lacks; filled with their initial values on load.
 AGGREGATION_MODULES = ("aggregator", "layer_norms", "aggregate_norm", "aggregation_ramp", "dense_connections")
@@ -59,8 +65,42 @@ def densely_connected_sides(args: Any) -> List[str]:
     return [side for side in SIDES if getattr(args, f"{side}_dense_connections", "none") != "none"]
 
 
+def aggregators_in_use(args: Any) -> List[Type[LayerAggregator]]:
+    """The classes of the aggregators and dense connections that the model's arguments choose."""
+    chosen = [aggregator_class(getattr(args, f"{side}_aggregation"), side) for side in aggregating_sides(args)]
+    chosen += [dense_connection_class(getattr(args, f"{side}_dense_connections"), side)
+               for side in densely_connected_sides(args)]
+    return chosen
+
+
+def ignored_settings(args: Any) -> List[str]:
+    """``--flag value`` for every aggregator setting away from its default that no chosen aggregator reads.
+
+    Such a setting is not an error: one set of flags may serve several systems (the main job's
+    ``--model-args``), and a model without aggregation keeps the flags of the one it is compared with.
+    """
+    read = {f.name for cls in aggregators_in_use(args) for f in cls.Settings.fields()}
+    ignored = []
+    for f in distinct_fields(settings_classes()):
+        value = getattr(args, f.name, None)
+        if f.name not in read and value is not None and value != f.default:
+            ignored.append(f"{flag_name(f.name)} {value}")
+    return ignored
+
+
+def describe_aggregation(args: Any) -> str:
+    """``encoder: NAME, decoder: NAME`` with each side's dense connections, for messages."""
+    parts = []
+    for side in SIDES:
+        dense = getattr(args, f"{side}_dense_connections", "none")
+        parts.append(f"{side}: {getattr(args, f'{side}_aggregation')}"
+                     + (f" (dense connections: {dense})" if dense != "none" else ""))
+    return ", ".join(parts)
+
+
 def validate_aggregation(args: Any) -> None:
-    """Checks every aggregation flag of a model's arguments before anything is built.
+    """Checks every aggregation flag of a model's arguments before anything is built, and warns
+    about settings that no chosen aggregator reads.
 
     Raises:
         AggregationConfigError: one line naming the flag and its allowed values.
@@ -85,6 +125,9 @@ def validate_aggregation(args: Any) -> None:
             raise AggregationConfigError(
                 f"--checkpoint-activations cannot be combined with --{side}-dense-connections {name}: "
                 "the connections run as hooks that a recomputed block would not replay")
+    ignored = ignored_settings(args)
+    if ignored:
+        logger.warning("%s: no chosen aggregator reads %s; ignored", describe_aggregation(args), ", ".join(ignored))
 
 
 class AggregatingStack(nn.Module):
