@@ -97,6 +97,9 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
         # one M-step and no E-step: the same votes, activations and parameters without routing-by-agreement
         rows.append(Row("scratch-emrouting-iter1-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
                         ("--routing-iters", "1")))
+        # the paper's Table 5 ablation: routing on the encoder only, the decoder the Transformer's
+        rows.append(Row("scratch-emrouting-encoder-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--decoder-aggregation", "none")))
     if "dynrouting" in aggregators:
         # the softmax of Eq. 10 over the input capsules: with the paper's, dynamic routing does not learn at N = d
         rows.append(Row("scratch-dynrouting-inputsoftmax-s1", "dynrouting", "scratch", 1, "scratch-baseline-s1",
