@@ -4,7 +4,8 @@
 ``--table paper`` (default), the paper's Table 1:
 
 * From scratch: the Transformer and the four aggregators trained for the same number of updates
-  (the first two seeds of the baseline and of EM routing, so the noise is on the page).
+  (the first two seeds of the baseline, of EM routing and of both combinations, so the noise is on the
+  page), and the ablations that say why routing loses (see ``table_rows``).
 * The paper's protocol ("initialized by the pre-trained model"): every aggregator warm-started
   from the same trained baseline (``--routing-init identity`` for the routing families, the
   output ramped in over ``--ramp-updates``) and trained ``--warm-updates`` more updates, against
@@ -18,7 +19,7 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
   take, its number of updates fixed in advance from the training-speed ratios of
   ``--speed-json`` (``benchmarks/speed.py`` on this machine, the same shape).
 
-    python examples/table1.py                         # every row, ~4 h on 2 CPU cores
+    python examples/table1.py                         # every row, ~9 h on 2 CPU cores
     python examples/table1.py --rows scratch-baseline-s1,warm-baseline    # some rows only
     python examples/table1.py --report-only --publish docs/results        # tables of the rows done
     python examples/table1.py --table peers --publish docs/results        # the peers (same workdir)
