@@ -40,7 +40,7 @@ import shutil
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from fairseq_capsagg.pipeline import corpus as corpus_mod
 from fairseq_capsagg.pipeline import fairseq_runs, length_penalty, report
@@ -315,11 +315,16 @@ def score_cells(res: Dict[str, object]) -> str:
             f"| {res['chrf']:.2f} | {boot} | {sign}")
 
 
+def valid_cell(valid: Optional[Dict[str, float]]) -> str:
+    """The last validation loss of a row's training, bits per target token ("–" without its log)."""
+    return "–" if valid is None else f"{valid['loss']:.3f}"
+
+
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
                   args: argparse.Namespace) -> str:
-    header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped "
+    header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped | valid loss "
               "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
               "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)",
               "time": f"From scratch, equal wall-clock: the time of the baseline's {args.max_update} updates, the "
@@ -332,13 +337,13 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
             label = fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
             res = results.get(row.name)
             if res is None:
-                out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |  |")
+                out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |  |  |")
                 continue
             params = (f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res
                       else f"+{res['delta_params'] / 1e6:.2f}M")
             out.append(f"| {row.name} | {label} | {row.seed} | {res['updates']} | {params} "
                        f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
-                       f"| {res['clip_percent']:.0f}% | {score_cells(res)} |")
+                       f"| {res['clip_percent']:.0f}% | {valid_cell(res.get('valid'))} | {score_cells(res)} |")
         out.append("")
     tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
     if tuned:
@@ -360,7 +365,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                "(length): the hypotheses' length over the references'. † p < 0.01, * p < 0.05 "
                "(paired bootstrap, 1000 resamples, against the row named in the title). Sign test: two-sided "
                "binomial over sentences whose sentence-BLEU differs. Grad norm: fairseq's mean gradient norm "
-               "before clipping (--clip-norm 1.0); clipped: share of updates clipped. updates/s is wall-clock "
+               "before clipping (--clip-norm 1.0); clipped: share of updates clipped. Valid loss: label-smoothed "
+               "cross-entropy on the validation split at the end of training, bits per target token (fairseq's log; "
+               "`valid` in the JSON also has the nll). updates/s is wall-clock "
                "on this machine; `load_average` in the JSON says whether the CPU was shared while a row trained.")
     return "\n".join(out) + "\n"
 
@@ -401,6 +408,7 @@ def main(argv=None) -> int:
             results[row.name] = {**stages.done[f"train {row.name}"],
                                  **score_row(row, args, data_bin, stages, hp, raw_refs, num_test),
                                  **asdict(row),
+                                 "valid": fairseq_runs.final_valid_loss(work / "logs" / f"train-{row.name}.log"),
                                  "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
             if args.lenpen_grid:
                 results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test, valid_refs)

@@ -43,6 +43,7 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     for row in results.values():
         assert 0 <= row["brevity_penalty"] <= 1 and row["length_ratio"] >= 0 and len(row["precisions"]) == 4
         assert row["grad_norm"] > 0 and 0 <= row["clip_percent"] <= 100 and row["updates_per_s"] > 0
+        assert 0 < row["valid"]["nll_loss"] < row["valid"]["loss"]  # label smoothing adds to the nll
     table = (quick_table / "table1.md").read_text()
     assert "| BP (length) |" in table
     assert "| scratch-emrouting-s1 | + EM Routing | 1 | pending |" in table

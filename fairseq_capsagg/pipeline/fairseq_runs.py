@@ -140,6 +140,18 @@ def train_summary(log: Path, start_update: int = 0) -> Dict[str, float]:
             "gnorm": mean_over_updates("gnorm"), "clip": mean_over_updates("clip")}
 
 
+_VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+)")
+
+
+def final_valid_loss(log: Path) -> Optional[Dict[str, float]]:
+    """The last validation of a ``fairseq-train`` log: ``loss`` and ``nll_loss`` in bits per target
+    token (fairseq's base 2); None when the log is missing or holds no validation."""
+    if not log.is_file():
+        return None
+    matches = _VALID.findall(log.read_text(encoding="utf-8", errors="replace"))
+    return {"loss": float(matches[-1][0]), "nll_loss": float(matches[-1][1])} if matches else None
+
+
 def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
              hparams: Dict[str, object], subset: str = "test") -> float:
     """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it.
