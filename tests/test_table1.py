@@ -52,6 +52,7 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     assert "| scratch-dynrouting-inputsoftmax-s1 | + Dynamic Routing (--routing-softmax input) | 1 | pending |" in table
     assert "| scratch-emrouting-iter1-s1 | + EM Routing (--routing-iters 1) | 1 | pending |" in table
     assert "| scratch-emrouting-encoder-s1 | + EM Routing (--decoder-aggregation none) | 1 | pending |" in table
+    assert "| warm-emrouting-encoder | + EM Routing (--decoder-aggregation none) | 1 | pending |" in table
     for system, label in (("baseline", "Transformer"), ("emrouting", "+ EM Routing"),
                           ("linagg", "+ Linear Combination"), ("dyncomb", "+ Dynamic Combination")):
         assert f"| scratch-{system}-s2 | {label} | 2 | pending |" in table  # the default second seeds
