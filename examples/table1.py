@@ -187,7 +187,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
                                 else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
     if args.second_seed is None:
-        args.second_seed = ",".join(s for s in SECOND_SEED[args.table] if s in args.systems.split(","))
+        chosen = {s.strip() for s in args.systems.split(",")}
+        args.second_seed = ",".join(s for s in SECOND_SEED[args.table] if s in chosen)
     for key in ("systems", "second_seed", "rows"):
         setattr(args, key, [s.strip() for s in getattr(args, key).split(",") if s.strip()])
     bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.systems()]
