@@ -2,7 +2,7 @@
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Type
+from typing import Any, Dict, List, NamedTuple, Optional, Type
 
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
@@ -61,15 +61,28 @@ def aggregating_sides(args: Any) -> List[str]:
     return [side for side in SIDES if getattr(args, f"{side}_aggregation") != "none"]
 
 
-def densely_connected_sides(args: Any) -> List[str]:
-    return [side for side in SIDES if getattr(args, f"{side}_dense_connections", "none") != "none"]
+class ChosenAggregator(NamedTuple):
+    """One aggregator that a model's arguments choose: its side, its place and its class."""
+
+    side: str
+    between_blocks: bool  # --{side}-dense-connections; else --{side}-aggregation, at the stack's output
+    name: str
+    cls: Type[LayerAggregator]
+
+    @property
+    def flag(self) -> str:
+        return f"--{self.side}-dense-connections" if self.between_blocks else f"--{self.side}-aggregation"
 
 
-def aggregators_in_use(args: Any) -> List[Type[LayerAggregator]]:
-    """The classes of the aggregators and dense connections that the model's arguments choose."""
-    chosen = [aggregator_class(getattr(args, f"{side}_aggregation"), side) for side in aggregating_sides(args)]
-    chosen += [dense_connection_class(getattr(args, f"{side}_dense_connections"), side)
-               for side in densely_connected_sides(args)]
+def chosen_aggregators(args: Any) -> List[ChosenAggregator]:
+    """The aggregators at each side's output and between its blocks; an unknown name names its flag."""
+    chosen = [ChosenAggregator(side, False, getattr(args, f"{side}_aggregation"),
+                               aggregator_class(getattr(args, f"{side}_aggregation"), side))
+              for side in aggregating_sides(args)]
+    for side in SIDES:
+        name = getattr(args, f"{side}_dense_connections", "none")
+        if name != "none":
+            chosen.append(ChosenAggregator(side, True, name, dense_connection_class(name, side)))
     return chosen
 
 
@@ -79,7 +92,7 @@ def ignored_settings(args: Any) -> List[str]:
     Such a setting is not an error: one set of flags may serve several systems (the main job's
     ``--model-args``), and a model without aggregation keeps the flags of the one it is compared with.
     """
-    read = {f.name for cls in aggregators_in_use(args) for f in cls.Settings.fields()}
+    read = {f.name for chosen in chosen_aggregators(args) for f in chosen.cls.Settings.fields()}
     ignored = []
     for f in distinct_fields(settings_classes()):
         value = getattr(args, f.name, None)
@@ -105,25 +118,17 @@ def validate_aggregation(args: Any) -> None:
     Raises:
         AggregationConfigError: one line naming the flag and its allowed values.
     """
-    sides = aggregating_sides(args)
-    StackSettings.from_namespace(args).validate(sides)
-    for side in sides:
-        name = getattr(args, f"{side}_aggregation")
-        validate_settings(name, args, getattr(args, f"{side}_embed_dim"), side)  # an unknown name too
-        if getattr(args, f"{side}_layerdrop") > 0:
+    StackSettings.from_namespace(args).validate(aggregating_sides(args))
+    for chosen in chosen_aggregators(args):
+        validate_settings(chosen.name, args, getattr(args, f"{chosen.side}_embed_dim"), chosen.side, chosen.cls)
+        if getattr(args, f"{chosen.side}_layerdrop") > 0:
+            needs = ("every block reads the outputs of all earlier blocks" if chosen.between_blocks
+                     else "the aggregator needs every layer's output")
+            raise AggregationConfigError(f"--{chosen.side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
+        recomputed = getattr(args, "checkpoint_activations", False) or getattr(args, "offload_activations", False)
+        if chosen.between_blocks and recomputed:
             raise AggregationConfigError(
-                f"--{side}-layerdrop must be 0 with --{side}-aggregation {name}: "
-                "the aggregator needs every layer's output")
-    for side in densely_connected_sides(args):
-        name = getattr(args, f"{side}_dense_connections")
-        validate_settings(name, args, getattr(args, f"{side}_embed_dim"), side, dense_connection_class(name, side))
-        if getattr(args, f"{side}_layerdrop") > 0:
-            raise AggregationConfigError(
-                f"--{side}-layerdrop must be 0 with --{side}-dense-connections {name}: "
-                "every block reads the outputs of all earlier blocks")
-        if getattr(args, "checkpoint_activations", False) or getattr(args, "offload_activations", False):
-            raise AggregationConfigError(
-                f"--checkpoint-activations cannot be combined with --{side}-dense-connections {name}: "
+                f"--checkpoint-activations cannot be combined with {chosen.flag} {chosen.name}: "
                 "the connections run as hooks that a recomputed block would not replay")
     ignored = ignored_settings(args)
     if ignored:
