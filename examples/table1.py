@@ -186,11 +186,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.systems is None:
         args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
                                 else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
-    if args.second_seed is None:
-        chosen = {s.strip() for s in args.systems.split(",")}
-        args.second_seed = ",".join(s for s in SECOND_SEED[args.table] if s in chosen)
+    default_second_seed = args.second_seed is None
     for key in ("systems", "second_seed", "rows"):
-        setattr(args, key, [s.strip() for s in getattr(args, key).split(",") if s.strip()])
+        setattr(args, key, [s.strip() for s in (getattr(args, key) or "").split(",") if s.strip()])
+    if default_second_seed:
+        args.second_seed = [s for s in SECOND_SEED[args.table] if s in args.systems]
     bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.systems()]
     if bad or "baseline" not in args.systems:
         p.error(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
