@@ -19,6 +19,17 @@ pytestmark = pytest.mark.slow  # trains, runs console scripts or launches proces
 
 LEGACY = Path(__file__).parent / "data" / "legacy"
 NAMES = ("emrouting", "dyncomb")
+#: The fixtures were written on one CPU; another CPU's BLAS kernels sum the same fp32 products in
+#: another order, which moves logits and scores in the 6th-7th significant digit (3e-6 seen between
+#: AVX-512 and AVX2 kernels). A checkpoint that loads differently (a weight missing, renamed or
+#: freshly initialised, the ramp's progress lost) moves them by 1e-2 or more.
+CROSS_CPU_TOLERANCE = 1e-4
+
+
+def hypotheses_and_scores(lines):
+    """``H-`` lines of fairseq-generate as {id: text} (compared exactly) and {id: score} (to a tolerance)."""
+    fields = [line.split("\t") for line in lines if line.startswith("H-")]
+    return {f[0]: f[2] for f in fields}, {f[0]: float(f[1]) for f in fields}
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -29,7 +40,7 @@ def test_legacy_checkpoint_gives_the_same_logits(name, tiny_data_bin):
     model = models[0].eval()
     with torch.no_grad():
         logits, _ = model(expected["src_tokens"], expected["src_lengths"], expected["prev_output_tokens"])
-    torch.testing.assert_close(logits[..., :40], expected["logits"], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(logits[..., :40], expected["logits"], rtol=CROSS_CPU_TOLERANCE, atol=CROSS_CPU_TOLERANCE)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -38,5 +49,7 @@ def test_legacy_checkpoint_generates_the_same_translations(name, tiny_data_bin):
         "fairseq-generate", str(tiny_data_bin), "--user-dir", USER_DIR, "--path", str(LEGACY / f"{name}.pt"),
         "--gen-subset", "test", "--beam", "2", "--max-len-b", "8", "--batch-size", "16", "--cpu",
         "--source-lang", "en", "--target-lang", "de")
-    hypotheses = sorted(line for line in generated.stdout.splitlines() if line.startswith("H-"))
-    assert hypotheses == (LEGACY / f"{name}.generate.txt").read_text().splitlines()
+    texts, scores = hypotheses_and_scores(generated.stdout.splitlines())
+    expected_texts, expected_scores = hypotheses_and_scores((LEGACY / f"{name}.generate.txt").read_text().splitlines())
+    assert texts == expected_texts
+    assert scores == pytest.approx(expected_scores, rel=0, abs=CROSS_CPU_TOLERANCE)

@@ -18,6 +18,15 @@ def perturb(model):
                 p.add_(0.2 * torch.randn_like(p))
 
 
+def shape_independence_atol(family: str) -> float:
+    """How far the same sentence's logits may move when computed in another shape (alone or in a batch,
+    one position or the whole prefix): float32 sums vectorised in another order, an order that also
+    differs between CPUs. EM routing divides by variances floored at 1e-4, which grows that rounding
+    from ~1e-6 to ~6e-5 (seen with AVX2 kernels); padding or future positions that leak in move
+    logits by 1e-2 or more."""
+    return 3e-4 if family == "emrouting" else 1e-5
+
+
 def test_every_family_has_three_shapes():
     for family in FAMILIES:
         for shape in ("base", "big", "small"):
@@ -41,10 +50,7 @@ def test_incremental_decoding_equals_full_decoding(family, norm, aggregate_embed
                  for t in range(prev.size(1))]
     incremental = torch.cat(steps, dim=1)
     real = prev.ne(dictionary.pad())
-    # EM routing divides by variances floored at 1e-4, so float32 rounding that differs between a
-    # one-position and a whole-sentence pass (vectorised sums in another order) grows to ~1e-5
-    atol = 1e-4 if family == "emrouting" else 1e-5
-    torch.testing.assert_close(incremental[real], full[real], rtol=1e-4, atol=atol)
+    torch.testing.assert_close(incremental[real], full[real], rtol=1e-4, atol=shape_independence_atol(family))
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -57,7 +63,7 @@ def test_sentence_translation_does_not_depend_on_its_batch(family):
         together, _ = model(src, src.ne(dictionary.pad()).sum(1), prev)
         for b, n in enumerate([8, 5, 3]):
             alone, _ = model(src[b:b + 1, :n], torch.tensor([n]), prev[b:b + 1])
-            torch.testing.assert_close(together[b:b + 1], alone, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(together[b:b + 1], alone, rtol=1e-4, atol=shape_independence_atol(family))
 
 
 @pytest.mark.parametrize("norm", NORMS)

@@ -256,9 +256,11 @@ def test_compiled_routing_equals_eager_routing(name):
         grads = torch.autograd.grad(expected.pow(2).sum(), [*xs, *eager.parameters()])
         got = compiled(xs, mask)
         compiled_grads = torch.autograd.grad(got.pow(2).sum(), [*xs, *compiled.parameters()])
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        # inductor's fused, vectorised kernels sum in another order than eager ATen's, and the order
+        # differs by CPU (1.3e-6 seen with AVX2 kernels); a wrong compiled loop differs by far more
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
         for g, e in zip(compiled_grads, grads):
-            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
     compiled.capture_agreement = True  # capture needs the eager loop, and still works
     compiled(layers(), None)
     assert len(compiled.agreement) == 3
