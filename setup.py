@@ -20,6 +20,7 @@ setup(
         "capsagg-translate=fairseq_capsagg.tools.translate:cli_main",
         "capsagg-health=fairseq_capsagg.tools.health:cli_main",
         "capsagg-main-job=fairseq_capsagg.pipeline.main_job:main",
+        "capsagg-table1=fairseq_capsagg.pipeline.table1:main",
     ]},
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

@@ -135,3 +135,70 @@ def test_peers_without_speed_ratios_is_one_clear_line(tmp_path):
                              "peers", "--speed-json", str(tmp_path / "none.json")], capture_output=True, text=True)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: --speed-json: {tmp_path / 'none.json'} does not exist" in result.stderr
+
+
+CONVERGED_ROWS = "converged-baseline-s1,continued-baseline"
+
+
+@pytest.fixture(scope="module")
+def quick_converged(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("converged")
+    publish = tmp_path_factory.mktemp("published")
+    result = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
+                    "--publish", str(publish))
+    return workdir, publish, result
+
+
+def test_converged_rows_train_until_the_rule_stops_them_in_resumable_segments(quick_converged):
+    workdir, publish, _ = quick_converged
+    payload = json.loads((publish / "converged-cpu.json").read_text())
+    results = payload["results"]
+    assert set(results) == set(CONVERGED_ROWS.split(","))
+    base = results["converged-baseline-s1"]
+    # --quick: validation every 10 updates, patience 20, cap 40; each segment ends at best + patience
+    segments = sorted(int(p.stem.split("-")[1]) for p in (workdir / "logs" / "train-converged-baseline-s1").glob("*.log"))
+    assert segments[0] == 0 and len(segments) >= 2 and all(s % 10 == 0 for s in segments)
+    assert base["stopped_at"] in (base["best_update"] + 20, 40)
+    assert base["converged"] == (base["best_update"] + 20 <= base["stopped_at"])
+    assert [p["update"] for p in base["curve"]] == list(range(10, base["stopped_at"] + 1, 10))
+    assert base["best_loss"] == pytest.approx(min(p["loss"] for p in base["curve"]), abs=5e-4)
+    assert base["idle_updates_per_s"] > 0 and base["load_average"] > 0 and base["grad_norm"] > 0
+    assert base["average"]["updates"] == list(range(max(10, base["stopped_at"] - 40), base["stopped_at"] + 1, 10))
+
+
+def test_continued_rows_start_from_the_converged_best_checkpoint_at_its_learning_rate(quick_converged):
+    workdir, publish, _ = quick_converged
+    results = json.loads((publish / "converged-cpu.json").read_text())["results"]
+    row, base = results["continued-baseline"], results["converged-baseline-s1"]
+    assert row["stopped_at"] == 20 and row["lr"] == pytest.approx(2e-3 * (10 / base["best_update"]) ** 0.5)
+    log = (workdir / "logs" / "train-continued-baseline" / "from-0.log").read_text()
+    assert f"loading pretrained model from {workdir}/checkpoints/converged-baseline-s1/checkpoint_best.pt" in log
+    assert "'lr_scheduler': {'_name': 'fixed', " in log and "'warmup_updates': 10, " in log
+    assert row["reference"] == "converged-baseline-s1" and 0 <= row["bootstrap_p"] <= 1 and row["delta_params"] == 0
+    assert row["delta_bleu"] == pytest.approx(row["bleu"] - base["bleu"], abs=0.01)
+    assert row["average"]["delta_bleu"] == pytest.approx(row["average"]["bleu"] - base["average"]["bleu"], abs=0.01)
+    assert 0 < row["references"]["sentences"] <= 60 and 0 <= row["references"]["search_error_share"] <= 1
+
+
+def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_converged, tmp_path):
+    workdir, publish, _ = quick_converged
+    table = (publish / "converged-cpu.md").read_text()
+    for pending in ("| converged-dyncomb-s1 | + Dynamic Combination | 1 | pending |",
+                    "| continued-emrouting-encoder | + EM Routing (--decoder-aggregation none) | 1 | pending |",
+                    "| continued-emrouting | + EM Routing | 1 | pending |",
+                    "| converged-baseline-s2 | Transformer | 2 | pending |",
+                    "| converged-mudd-s1 | + MUDD connections | 1 | pending |"):
+        assert pending in table
+    assert "### Compute equivalence" in table and "### Model error or search error" in table
+    assert (publish / "converged-curves.png").stat().st_size > 10_000
+    again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
+                   "--publish", str(tmp_path))
+    assert "[main-job] train continued-baseline ..." not in again.stdout
+    assert (tmp_path / "converged-cpu.md").read_text() == table
+
+
+def test_a_converged_rule_off_the_validation_grid_is_one_clear_line(tmp_path):
+    result = subprocess.run([sys.executable, str(TABLE1), "--table", "converged", "--workdir", str(tmp_path / "w"),
+                             "--patience-updates", "1234"], capture_output=True, text=True)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: --validate-interval-updates 500, --patience-updates 1234" in result.stderr

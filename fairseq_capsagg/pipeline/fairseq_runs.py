@@ -1,5 +1,6 @@
 """Runs fairseq's console scripts, shows their progress and reads their logs."""
 
+import math
 import os
 import re
 import shutil
@@ -84,6 +85,29 @@ def arch_flags(system: str, shape: str) -> List[str]:
     return ["--user-dir", USER_DIR, *arch]
 
 
+#: fairseq's ``--warmup-init-lr`` of the inverse square-root schedule (training from scratch).
+WARMUP_INIT_LR = 1e-7
+
+
+def schedule_flags(hparams: Dict[str, object]) -> List[str]:
+    """The learning-rate schedule: fairseq's ``inverse_sqrt`` (linear warm-up over
+    ``hparams["warmup"]`` updates, then decay with the inverse square root of the update), or with
+    ``hparams["schedule"] == "fixed"`` a constant ``lr`` after the same linear warm-up (continuing a
+    trained model at the rate it ended with)."""
+    if hparams.get("schedule", "inverse_sqrt") == "fixed":
+        return ["--lr-scheduler", "fixed", "--warmup-updates", str(hparams["warmup"])]
+    return ["--lr-scheduler", "inverse_sqrt", "--warmup-updates", str(hparams["warmup"]),
+            "--warmup-init-lr", f"{WARMUP_INIT_LR:g}"]
+
+
+def inverse_sqrt_lr(update: int, lr: float, warmup: int) -> float:
+    """The learning rate of :func:`schedule_flags`' ``inverse_sqrt`` schedule after ``update`` updates
+    (fairseq's ``InverseSquareRootSchedule.step_update``)."""
+    if update < warmup:
+        return WARMUP_INIT_LR + update * (lr - WARMUP_INIT_LR) / warmup
+    return lr * math.sqrt(warmup / update)
+
+
 def train(data_bin: Path, save_dir: Path, system: str, shape: str, max_update: int,
           hparams: Dict[str, object], log: Path, extra: Sequence[str] = ()) -> float:
     """Trains (or resumes) one system until ``max_update``; returns wall seconds."""
@@ -91,8 +115,7 @@ def train(data_bin: Path, save_dir: Path, system: str, shape: str, max_update: i
         str(data_bin), *arch_flags(system, shape), "--task", "translation",
         "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--share-all-embeddings",
         "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--clip-norm", "1.0",
-        "--lr", str(hparams["lr"]), "--lr-scheduler", "inverse_sqrt",
-        "--warmup-updates", str(hparams["warmup"]), "--warmup-init-lr", "1e-07",
+        "--lr", str(hparams["lr"]), *schedule_flags(hparams),
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
         "--dropout", "0.1", "--max-tokens", str(hparams["max_tokens"]),
         "--max-update", str(max_update), "--seed", str(hparams["seed"]),
@@ -153,10 +176,11 @@ def final_valid_loss(log: Path) -> Optional[Dict[str, float]]:
 
 
 def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
-             hparams: Dict[str, object], subset: str = "test") -> float:
+             hparams: Dict[str, object], subset: str = "test", extra: Sequence[str] = ()) -> float:
     """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it.
 
-    ``hparams["lenpen"]``, when given, is fairseq's ``--lenpen`` (otherwise fairseq's default).
+    ``hparams["lenpen"]``, when given, is fairseq's ``--lenpen`` (otherwise fairseq's default);
+    ``extra``: more ``fairseq-generate`` flags (``--score-reference``).
     """
     args = [str(data_bin), "--path", str(checkpoint), "--gen-subset", subset, "--task", "translation",
             "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--beam", str(hparams["beam"]),
@@ -166,7 +190,7 @@ def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
             "--user-dir", USER_DIR, *hparams["device_flags"]]
     if "lenpen" in hparams:
         args += ["--lenpen", str(hparams["lenpen"])]
-    run_logged("fairseq-generate", args, log, stdout_file=hyp_file)
+    run_logged("fairseq-generate", [*args, *extra], log, stdout_file=hyp_file)
     match = re.search(r"\(([0-9.]+) sentences/s", hyp_file.read_text(encoding="utf-8") + log.read_text())
     if not match:
         raise RuntimeError(f"fairseq-generate printed no speed line; see {log}")

@@ -16,7 +16,9 @@ corpus -> subwords -> binarise -> train (every system, same number of updates)
 """
 
 import argparse
+import fcntl
 import json
+import os
 import shutil
 import sys
 import time
@@ -111,10 +113,30 @@ def check_workdir(workdir: Path, config: Dict[str, object]) -> None:
         path.write_text(json.dumps(config, indent=2))
 
 
+class WorkdirBusy(RuntimeError):
+    """Another process is running stages in the same work directory."""
+
+
 class Stages:
-    """Remembers finished stages (and what they measured) in workdir/stages.json."""
+    """Remembers finished stages (and what they measured) in workdir/stages.json.
+
+    One process at a time owns a work directory (an exclusive lock on ``workdir/stages.lock``, released
+    when the process ends): two writers of stages.json would each drop what the other recorded.
+    """
 
     def __init__(self, workdir: Path):
+        self._lock = open(workdir / "stages.lock", "a+")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.seek(0)
+            owner = self._lock.read().strip() or "unknown"
+            self._lock.close()
+            raise WorkdirBusy(f"{workdir} is in use by another run (pid {owner}); wait for it to finish, or use "
+                              "another --workdir") from None
+        self._lock.truncate(0)
+        self._lock.write(str(os.getpid()))
+        self._lock.flush()
         self.path = workdir / "stages.json"
         self.done: Dict[str, object] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
@@ -209,7 +231,11 @@ def main(argv=None) -> int:
     except (corpus_mod.CorpusError, ConfigMismatch) as e:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
-    stages = Stages(work)
+    try:
+        stages = Stages(work)
+    except WorkdirBusy as e:
+        print(f"main_job: error: {e}", file=sys.stderr)
+        return 2
     subword = subwords.subword_model(args.subwords, work)
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "seed": args.seed,
           "beam": args.beam, "decode_batch": 32, "log_interval": 10 if args.quick else 50,

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """The paper's Table 1 on the bundled corpus, under both protocols, and its peers, resumably.
 
 ``--table paper`` (default), the paper's Table 1:
@@ -38,43 +37,38 @@ import json
 import os
 import shutil
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Dict, List, Optional
 
-from fairseq_capsagg.pipeline import corpus as corpus_mod
-from fairseq_capsagg.pipeline import fairseq_runs, length_penalty, report
-from fairseq_capsagg.pipeline.main_job import (
+from ..tools import evaluation
+from . import corpus as corpus_mod
+from . import converged, fairseq_runs, length_penalty, report
+from .rows import Row, compare, score_cells, score_row, tune_row
+from .main_job import (
     ConfigMismatch,
     Stages,
+    WorkdirBusy,
     check_workdir,
     prepare_data,
     step0_losses,
     unpack_corpus,
 )
-from fairseq_capsagg.tools import evaluation
-from fairseq_capsagg.tools.evaluation import significance_mark
-
-
-@dataclass(frozen=True)
-class Row:
-    """One trained model of the table."""
-
-    name: str
-    system: str
-    protocol: str  # "scratch" or "warm"
-    seed: int
-    reference: str  # the row it is compared with
-    flags: Tuple[str, ...] = ()  # model flags of this row only (an ablation)
-    max_update: int = 0  # its own --max-update (equal wall-clock rows); 0: its protocol's
 
 
 #: The tables this script writes: its file name stem and the title of each protocol.
-TABLES = {"paper": "table1", "peers": "peers"}
+TABLES = {"paper": "table1", "peers": "peers", "converged": "converged"}
+
+#: Further updates of every warm-start row: the paper's table (about 2/3 of an epoch), and the rows
+#: continued from the converged Transformer (at least three epochs).
+WARM_UPDATES = {"paper": 600, "converged": 3000}
+#: Length penalties tuned on the validation split for every row of the paper's table and the peers.
+LENPEN_GRID = "0.5,1,1.5,2,3"
 
 #: Systems trained from scratch with a second seed by default: the baseline and EM routing (the noise
 #: on the page), and in the paper's table the two combinations, whose gains over the baseline are its claims.
-SECOND_SEED = {"paper": ("baseline", "emrouting", "linagg", "dyncomb"), "peers": ("baseline", "emrouting")}
+SECOND_SEED = {"paper": ("baseline", "emrouting", "linagg", "dyncomb"), "peers": ("baseline", "emrouting"),
+               "converged": converged.SECOND_SEED}
 
 
 def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
@@ -143,48 +137,70 @@ def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, f
 def rows_of(args: argparse.Namespace) -> List[Row]:
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
+    if args.table == "converged":
+        return converged.converged_rows(args.systems, args.second_seed)
     return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workdir", type=Path, default=Path("runs/table1"))
+    p = argparse.ArgumentParser(prog="table1", description=__doc__.splitlines()[0])
+    p.add_argument("--workdir", type=Path, default=None,
+                   help="default runs/table1 (the paper's table and the peers, which share rows), runs/converged")
     p.add_argument("--table", choices=tuple(TABLES), default="paper",
-                   help="the paper's Table 1, or routing against its peers (rows from scratch are shared)")
+                   help="the paper's Table 1, routing against its peers (rows from scratch are shared), or the "
+                        "converged comparison (fairseq_capsagg/pipeline/converged.py)")
     p.add_argument("--systems", default=None,
                    help=f"comma-separated, from {','.join(fairseq_runs.systems())} (default: the paper's "
                         f"{','.join(fairseq_runs.paper_systems())}; with --table peers: baseline,emrouting,"
-                        f"{','.join(fairseq_runs.peer_systems())})")
+                        f"{','.join(fairseq_runs.peer_systems())}; with --table converged: "
+                        f"{','.join(converged.default_systems())})")
     p.add_argument("--speed-json", type=Path, default=Path("benchmarks/results/speed.json"),
                    help="--table peers: training-speed ratios that fix the updates of the equal wall-clock rows")
     p.add_argument("--second-seed", default=None,
                    help="systems also trained from scratch with seed 2 ('' for none; default: "
-                        f"{','.join(SECOND_SEED['paper'])}; with --table peers: {','.join(SECOND_SEED['peers'])})")
+                        + "; ".join(f"{table}: {','.join(seeds)}" for table, seeds in SECOND_SEED.items()) + ")")
     p.add_argument("--rows", default="", help="train only these rows (comma-separated names); default all")
     p.add_argument("--shape", choices=("small", "base", "big"), default="small")
     p.add_argument("--vocab-size", type=int, default=8000)
     p.add_argument("--max-train-tokens", type=int, default=64)
     p.add_argument("--max-update", type=int, default=900, help="updates of every from-scratch row")
-    p.add_argument("--warm-updates", type=int, default=600, help="K: updates of every warm-start row")
+    p.add_argument("--warm-updates", type=int, default=None,
+                   help=f"K: updates of every warm-start row (default {WARM_UPDATES['paper']}; with --table converged "
+                        f"{WARM_UPDATES['converged']}, the further updates of every continued row)")
+    p.add_argument("--validate-interval-updates", type=int, default=500,
+                   help="--table converged: validation on the whole validation split every N updates")
+    p.add_argument("--patience-updates", type=int, default=3000,
+                   help="--table converged: a row from scratch stops when its best validation loss has not "
+                        "improved for N updates")
+    p.add_argument("--update-cap", type=int, default=30000, help="--table converged: at most N updates per row")
     p.add_argument("--ramp-updates", type=int, default=200,
                    help="--aggregation-ramp-updates of the warm-started aggregators")
     p.add_argument("--max-tokens", type=int, default=4096)
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--warmup", type=int, default=200)
     p.add_argument("--beam", type=int, default=4)
-    p.add_argument("--lenpen-grid", default="0.5,1,1.5,2,3",
+    p.add_argument("--lenpen-grid", default=None,
                    help="length penalties tried on the validation split for every row, the best decoding the "
-                        "test split a second time ('' for none)")
+                        f"test split a second time ('' for none; default {LENPEN_GRID}, with --table converged none)")
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--model-args", default="", help="extra fairseq-train flags of every aggregator row")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
                    help="also write the tables as DIR/{table1,peers}-{cpu,gpu}.{md,json}")
     p.add_argument("--gpu", action="store_true")
-    p.add_argument("--quick", action="store_true", help="minutes: 3000 pairs, 60 test, 30 updates, 1k vocabulary")
+    p.add_argument("--quick", action="store_true",
+                   help="minutes: 3000 pairs, 60 test, 30 updates, 1k vocabulary (converged: validation every 10 "
+                        "updates, patience 20, cap 40)")
     args = p.parse_args(argv)
+    if args.workdir is None:
+        args.workdir = Path("runs/converged" if args.table == "converged" else "runs/table1")
+    if args.warm_updates is None:
+        args.warm_updates = WARM_UPDATES["converged" if args.table == "converged" else "paper"]
+    if args.lenpen_grid is None:
+        args.lenpen_grid = "" if args.table == "converged" else LENPEN_GRID
     if args.systems is None:
         args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
+                                else converged.default_systems() if args.table == "converged"
                                 else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
     default_second_seed = args.second_seed is None
     for key in ("systems", "second_seed", "rows"):
@@ -205,6 +221,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         args.vocab_size, args.max_update, args.warm_updates, args.warmup = 1000, 30, 20, 10
         args.ramp_updates = min(args.ramp_updates, 10)
         args.max_tokens = min(args.max_tokens, 2048)
+        args.validate_interval_updates, args.patience_updates, args.update_cap = 10, 20, 40
+    if args.table == "converged":
+        try:
+            converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
+        except ValueError as e:
+            p.error(str(e))
+        if args.warm_updates % args.validate_interval_updates:
+            p.error(f"--warm-updates {args.warm_updates}: a multiple of --validate-interval-updates "
+                    f"{args.validate_interval_updates} (the continued rows are validated and averaged on that grid)")
     args.speed_ratios = {}
     if args.table == "peers":
         try:
@@ -221,6 +246,8 @@ def parse_args(argv=None) -> argparse.Namespace:
 def config_of(args: argparse.Namespace) -> Dict[str, object]:
     keys = ["shape", "vocab_size", "max_train_tokens", "max_update", "warm_updates", "ramp_updates",
             "max_tokens", "lr", "warmup", "beam", "quick", "model_args"]
+    if args.table == "converged":
+        keys = [k for k in keys if k != "max_update"] + ["validate_interval_updates", "patience_updates", "update_cap"]
     return {k: getattr(args, k) for k in keys}
 
 
@@ -253,70 +280,6 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
                 "load_average": os.getloadavg()[2]}
 
     return stages.run(f"train {row.name}", run, save_dir / "checkpoint_last.pt")
-
-
-def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test):
-    work = args.workdir
-    hyp_file = work / "translations" / f"{row.name}.txt"
-    hyp_file.parent.mkdir(parents=True, exist_ok=True)
-    checkpoint = work / "checkpoints" / row.name / "checkpoint_last.pt"
-
-    def translate():
-        speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.log", hp)
-        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
-        return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                **evaluation.corpus_scores(hyps, raw_refs), "params": report.count_checkpoint_parameters(checkpoint)}
-
-    return stages.run(f"translate and score {row.name}", translate, hyp_file)
-
-
-def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
-             valid_refs) -> Dict[str, object]:
-    """The row's length penalty tuned on the validation split, and its test scores decoded with it."""
-    work = args.workdir
-    hyp_file = work / "translations" / f"{row.name}.lenpen.txt"
-    checkpoint = work / "checkpoints" / row.name / "checkpoint_last.pt"
-
-    def translate():
-        tuned = length_penalty.tune(data_bin, checkpoint, args.lenpen_grid, hp, work / "translations" / "lenpen",
-                                    row.name, valid_refs)
-        fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.lenpen.log",
-                              dict(hp, lenpen=tuned["lenpen"]))
-        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
-        return {**tuned, "untranslated_ids": missing, **evaluation.corpus_scores(hyps, raw_refs)}
-
-    grid = ",".join(map(length_penalty.key, args.lenpen_grid))
-    return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)
-
-
-def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Callable[[str], Path], raw_refs,
-            num_test) -> None:
-    """Adds BLEU's brevity penalty and length ratio to every row, and delta BLEU, paired bootstrap p
-    and the sign test against each row's reference (hypotheses of row ``name`` in ``hyp_file(name)``)."""
-    hyps = {name: evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file(name)), num_test)[0]
-            for name in results}
-    for name, res in results.items():
-        res.update(evaluation.bleu_details(hyps[name], raw_refs))
-    for row in rows:
-        if row.name not in results or row.reference not in results or row.name == row.reference:
-            continue
-        ref, res = results[row.reference], results[row.name]
-        boot = evaluation.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
-        sign = evaluation.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
-        res.update(delta_bleu=round(res["bleu"] - ref["bleu"], 2), bootstrap_p=boot, sign_p=sign["p_value"],
-                   sign_better=sign["better"], sign_worse=sign["worse"])
-        if "params" in res:
-            res["delta_params"] = res["params"] - ref["params"]
-
-
-def score_cells(res: Dict[str, object]) -> str:
-    """BLEU (with its significance mark) to the sign test: the scoring columns of every table."""
-    mark = significance_mark(res["bootstrap_p"]) if "bootstrap_p" in res else ""
-    delta = f"{res['delta_bleu']:+.2f}" if "delta_bleu" in res else "–"
-    boot = f"{res['bootstrap_p']:.3f}" if "bootstrap_p" in res else "–"
-    sign = f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–"
-    return (f"{res['bleu']:.2f}{mark} | {delta} | {res['brevity_penalty']:.2f} ({res['length_ratio']:.2f}) "
-            f"| {res['chrf']:.2f} | {boot} | {sign}")
 
 
 def valid_cell(valid: Optional[Dict[str, float]]) -> str:
@@ -384,7 +347,11 @@ def main(argv=None) -> int:
     except ConfigMismatch as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    stages = Stages(work)
+    try:
+        stages = Stages(work)
+    except WorkdirBusy as e:
+        print(f"table1: error: {e}", file=sys.stderr)
+        return 2
     # the paper's Table 1 task on the bundled En->De corpus, in sentencepiece subwords
     args.source_lang, args.target_lang, args.subwords, args.bpe_merges = "en", "de", "sentencepiece", None
     args.pair = (args.source_lang, args.target_lang)
@@ -403,6 +370,22 @@ def main(argv=None) -> int:
     valid_refs = evaluation.read_lines(corpus_dir / "valid.de")[:corpus_mod.count_lines(work / "spm" / "valid.de")]
 
     rows = rows_of(args)
+    device = "GPU" if args.gpu else "CPU"
+    if args.table == "converged":
+        caption = (f"Test split of the bundled debian-ende corpus ({num_test} sentences"
+                   f"{', --quick subset' if args.quick else ''}); shape {args.shape}; <= {args.max_tokens} tokens per "
+                   f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}.")
+
+        def report_converged(results: Dict[str, Dict[str, object]]) -> None:
+            equivalence = converged.compute_equivalence(rows, results)
+            payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
+                       "results": results, "compute_equivalence": equivalence, "lenpen_grid": args.lenpen_grid}
+            curves = args.workdir / "converged-curves.png"
+            converged.plot_curves(rows, results, equivalence, curves)
+            write_outputs(args, converged.format_tables(rows, results, equivalence, caption, args), payload, [curves])
+
+        converged.ConvergedTable(args, stages, data_bin, hp, raw_refs, num_test, valid_refs).run(rows, report_converged)
+        return 0
     results: Dict[str, Dict[str, object]] = {}
     for row in rows:
         done = f"translate and score {row.name}" in stages.done
@@ -410,12 +393,14 @@ def main(argv=None) -> int:
             stages.done[f"train {row.name}"] = train_row(row, args, data_bin, stages, hp)
         if f"train {row.name}" in stages.done:
             results[row.name] = {**stages.done[f"train {row.name}"],
-                                 **score_row(row, args, data_bin, stages, hp, raw_refs, num_test),
+                                 **score_row(row, args, data_bin, stages, hp, raw_refs, num_test,
+                                             checkpoint=work / "checkpoints" / row.name / "checkpoint_last.pt"),
                                  **asdict(row),
                                  "valid": fairseq_runs.final_valid_loss(work / "logs" / f"train-{row.name}.log"),
                                  "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
             if args.lenpen_grid:
-                results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test, valid_refs)
+                results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test, valid_refs,
+                                                      Path(results[row.name]["checkpoint"]))
     translations = work / "translations"
     compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
@@ -424,7 +409,6 @@ def main(argv=None) -> int:
     if args.table == "paper" and "scratch-baseline-s1" in results:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
             results["scratch-baseline-s1"]["checkpoint"], data_bin, args.shape))
-    device = "GPU" if args.gpu else "CPU"
     warm = (f"warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); " if args.table == "paper"
             else "")
     caption = (f"Test split of the bundled debian-ende corpus ({num_test} sentences"
@@ -436,15 +420,24 @@ def main(argv=None) -> int:
                "results": results, "warm_start_step0": step0, "lenpen_grid": args.lenpen_grid}
     if args.table == "peers":
         payload["speed_ratios"] = {"source": str(args.speed_json), "ratios": args.speed_ratios}
-    stem = TABLES[args.table]
-    (work / f"{stem}.md").write_text(table)
-    (work / f"{stem}.json").write_text(json.dumps(payload, indent=2))
+    write_outputs(args, table, payload)
+    return 0
+
+
+def write_outputs(args: argparse.Namespace, table: str, payload: Dict[str, object], figures: List[Path] = ()) -> None:
+    """The table as WORKDIR/{stem}.md and .json; with ``--publish DIR`` also DIR/{stem}-{cpu,gpu}.{md,json}
+    and the figures (a GPU figure gains the ``-gpu`` suffix)."""
+    stem, device = TABLES[args.table], "gpu" if args.gpu else "cpu"
+    (args.workdir / f"{stem}.md").write_text(table)
+    (args.workdir / f"{stem}.json").write_text(json.dumps(payload, indent=2))
     if args.publish is not None:
         args.publish.mkdir(parents=True, exist_ok=True)
         for ext in ("md", "json"):
-            shutil.copy2(work / f"{stem}.{ext}", args.publish / f"{stem}-{device.lower()}.{ext}")
+            shutil.copy2(args.workdir / f"{stem}.{ext}", args.publish / f"{stem}-{device}.{ext}")
+        for figure in figures:
+            name = figure.name if device == "cpu" else f"{figure.stem}-gpu{figure.suffix}"
+            shutil.copy2(figure, args.publish / name)
     print(table)
-    return 0
 
 
 if __name__ == "__main__":

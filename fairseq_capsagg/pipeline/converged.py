@@ -1,0 +1,362 @@
+"""The converged comparison (``capsagg-table1 --table converged``): does an aggregator still help
+once the Transformer has converged?
+
+Rows, in the order they train, so that partial results are already useful:
+
+a. ``converged-baseline-s1``: the Transformer from scratch until :class:`~.convergence.StopRule`
+   stops it (no better validation loss for ``--patience-updates``, or ``--update-cap``).
+b. The paper's protocol from that row's best checkpoint: ``continued-baseline`` (the Transformer
+   trained on), then every aggregator of :data:`CONTINUED` (EM routing also on the encoder only),
+   each ``--warm-updates`` further updates with the same schedule: a fresh optimizer, a linear
+   warm-up over ``--warmup`` updates to the learning rate the Transformer had reached at its best
+   checkpoint, then that rate. The routing families start as the Transformer and ramp in.
+c. :data:`FIRST_FROM_SCRATCH` from scratch to convergence.
+d. The second seeds (the Transformer's by default: the noise of a converged row).
+e. Every other system from scratch to convergence.
+
+Every row is scored with its best checkpoint and with the average of its last five interval
+checkpoints, its references scored by the model (``--score-reference``) to tell model errors from
+search errors; rows from scratch also report when they first reach the converged Transformer's
+best validation loss (compute equivalence). A row is trained in segments
+(:func:`~.convergence.train_in_segments`), so the queue resumes wherever it was stopped.
+"""
+
+import argparse
+import os
+import statistics
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from . import convergence, fairseq_runs, length_penalty
+from .main_job import Stages
+from .rows import Row, compare, score_cells, score_row, tune_row
+
+#: Aggregators continued from the converged Transformer (the paper's protocol), in this order.
+CONTINUED = ("linagg", "dyncomb", "emrouting", "mudd", "dwa")
+#: Aggregators trained to convergence from scratch right after the paper's protocol.
+FIRST_FROM_SCRATCH = ("dyncomb", "mudd", "emrouting")
+#: The paper's Table 5 ablation: routing on the encoder only.
+ENCODER_ONLY = ("--decoder-aggregation", "none")
+REFERENCE = "converged-baseline-s1"
+CONTINUED_REFERENCE = "continued-baseline"
+#: Second seeds by default: the Transformer's.
+SECOND_SEED = ("baseline",)
+
+
+def default_systems() -> List[str]:
+    """The Transformer, the paper's combinations and EM routing, and every dense-connection peer."""
+    return ["baseline", "linagg", "dyncomb", "emrouting", *fairseq_runs.peer_systems()]
+
+
+def converged_rows(systems: Sequence[str], second_seed: Sequence[str]) -> List[Row]:
+    """Every row, in the order they train (the module's a-e)."""
+    rows = [Row(REFERENCE, "baseline", "converged", 1, REFERENCE),
+            Row(CONTINUED_REFERENCE, "baseline", "continued", 1, REFERENCE)]
+    for system in (s for s in CONTINUED if s in systems):
+        rows.append(Row(f"continued-{system}", system, "continued", 1, CONTINUED_REFERENCE))
+        if system == "emrouting":
+            rows.append(Row("continued-emrouting-encoder", system, "continued", 1, CONTINUED_REFERENCE, ENCODER_ONLY))
+    first = [s for s in FIRST_FROM_SCRATCH if s in systems]
+    rows += [Row(f"converged-{s}-s1", s, "converged", 1, REFERENCE) for s in first]
+    rows += [Row(f"converged-{s}-s2", s, "converged", 2, REFERENCE) for s in second_seed]
+    peers = fairseq_runs.peer_systems()
+    rest = sorted((s for s in systems if s != "baseline" and s not in first), key=lambda s: s not in peers)
+    rows += [Row(f"converged-{s}-s1", s, "converged", 1, REFERENCE) for s in rest]
+    return rows
+
+
+class LoadSampler:
+    """Appends the 1-minute load average to ``path`` every ``every`` seconds while training runs,
+    so each row can say whether the cores were shared (2.0 is one training alone on two cores)."""
+
+    def __init__(self, path: Path, every: float = 60.0):
+        self.path, self.every = path, every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        while not self._stop.is_set():
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(f"{time.time():.0f}\t{os.getloadavg()[0]:.2f}\n")
+            self._stop.wait(self.every)
+
+    def __enter__(self) -> "LoadSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def mean_load(path: Path, start: float, end: float) -> Optional[float]:
+    """The mean of the load samples in ``path`` between ``start`` and ``end`` (seconds since the epoch);
+    None without any (a row shorter than the sampling interval)."""
+    if not path.is_file():
+        return None
+    samples = [float(load) for stamp, load in (line.split("\t") for line in path.read_text().splitlines())
+               if start <= float(stamp) <= end]
+    return round(statistics.fmean(samples), 2) if samples else None
+
+
+def segment_logs(log_dir: Path) -> List[Path]:
+    """A row's ``fairseq-train`` logs (``from-UPDATE.log``, one per segment) in the order they ran."""
+    return sorted(log_dir.glob("from-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+
+
+class ConvergedTable:
+    """Trains, scores and reports the rows of the converged comparison in ``args.workdir``."""
+
+    def __init__(self, args: argparse.Namespace, stages: Stages, data_bin: Path, hp: Dict[str, object],
+                 raw_refs: Sequence[str], num_test: int, valid_refs: Sequence[str]):
+        self.args, self.stages, self.data_bin, self.hp = args, stages, data_bin, hp
+        self.raw_refs, self.num_test, self.valid_refs = raw_refs, num_test, valid_refs
+        self.work: Path = args.workdir
+        self.rule = convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
+        self.load_log = self.work / "logs" / "load.tsv"
+
+    def save_dir(self, name: str) -> Path:
+        return self.work / "checkpoints" / name
+
+    def log_dir(self, name: str) -> Path:
+        return self.work / "logs" / f"train-{name}"
+
+    def continued_lr(self) -> float:
+        """The learning rate the Transformer had reached at its best checkpoint (where b. starts)."""
+        best_update = self.stages.done[f"train {REFERENCE}"]["best_update"]
+        return fairseq_runs.inverse_sqrt_lr(best_update, self.args.lr, self.args.warmup)
+
+    def row_flags(self, row: Row) -> List[str]:
+        flags = list(self.rule.fairseq_flags())
+        if row.protocol == "continued":
+            flags += ["--finetune-from-model", str(self.save_dir(REFERENCE) / "checkpoint_best.pt")]
+            if row.system != "baseline":
+                flags += ["--aggregation-ramp-updates", str(self.args.ramp_updates)]
+            flags += fairseq_runs.warm_start_flags(row.system)
+        if row.system != "baseline":
+            flags += self.args.model_args.split()
+        return flags + list(row.flags)
+
+    def train(self, row: Row) -> Dict[str, object]:
+        """Trains ``row`` (resuming) until its protocol stops it; returns what its run measured."""
+        hp = dict(self.hp, seed=row.seed)
+        if row.protocol == "continued":
+            hp.update(schedule="fixed", lr=self.continued_lr())
+            target = lambda best_update: self.args.warm_updates  # noqa: E731 (a fixed number of updates)
+        else:
+            target = self.rule.target
+        save_dir, log_dir = self.save_dir(row.name), self.log_dir(row.name)
+
+        def segment(start: int, max_update: int) -> None:
+            fairseq_runs.train(self.data_bin, save_dir, row.system, self.args.shape, max_update, hp,
+                               log_dir / f"from-{start}.log", extra=self.row_flags(row))
+
+        def run() -> Dict[str, object]:
+            start = time.time()
+            progress = convergence.train_in_segments(segment, save_dir, target)
+            logs = segment_logs(log_dir)
+            stretches = convergence.train_stretches(logs)
+            return {**progress, "converged": self.rule.converged(progress["best_update"], progress["stopped_at"]),
+                    "lr": hp["lr"], "idle_updates_per_s": convergence.idle_speed([s["ups"] for s in stretches]),
+                    "grad_norm": statistics.fmean(s["gnorm"] for s in stretches),
+                    "clip_percent": statistics.fmean(s["clip"] for s in stretches),
+                    "load_average": mean_load(self.load_log, start, time.time()) or round(os.getloadavg()[0], 2)}
+
+        return self.stages.run(f"train {row.name}", run, save_dir / "checkpoint_best.pt")
+
+    def average(self, row: Row) -> Path:
+        """The average of the row's last :data:`~.convergence.AVERAGED` interval checkpoints."""
+        out = self.save_dir(row.name) / "checkpoint_average.pt"
+
+        def run() -> Dict[str, object]:
+            paths = convergence.interval_checkpoints(self.save_dir(row.name))[-convergence.AVERAGED:]
+            convergence.average_checkpoints(paths, out)
+            return {"updates": [convergence.checkpoint_updates(p)[0] for p in paths]}
+
+        self.stages.run(f"average {row.name}", run, out)
+        return out
+
+    def score_references(self, row: Row) -> Dict[str, object]:
+        """``fairseq-generate --score-reference`` with the best checkpoint, against the beam's hypotheses."""
+        out = self.work / "translations" / f"{row.name}.score-reference.txt"
+
+        def run() -> Dict[str, object]:
+            fairseq_runs.generate(self.data_bin, self.save_dir(row.name) / "checkpoint_best.pt", out,
+                                  self.work / "logs" / f"score-reference-{row.name}.log", self.hp,
+                                  extra=["--score-reference"])
+            hypotheses = convergence.hypothesis_scores(self.work / "translations" / f"{row.name}.txt")
+            return convergence.search_errors(hypotheses, convergence.hypothesis_scores(out))
+
+        return self.stages.run(f"score references {row.name}", run, out)
+
+    def evaluate(self, row: Row) -> Dict[str, object]:
+        best = self.save_dir(row.name) / "checkpoint_best.pt"
+        args, refs = self.args, (self.raw_refs, self.num_test)
+        result = {**self.stages.done[f"train {row.name}"], **asdict(row),
+                  **score_row(row, args, self.data_bin, self.stages, self.hp, *refs, checkpoint=best),
+                  "curve": convergence.validation_curve(segment_logs(self.log_dir(row.name))),
+                  "checkpoint": str(best)}
+        result["average"] = {**score_row(row, args, self.data_bin, self.stages, self.hp, *refs,
+                                         checkpoint=self.average(row), variant=".average"),
+                             **self.stages.done[f"average {row.name}"]}
+        result["references"] = self.score_references(row)
+        if args.lenpen_grid:
+            result["tuned"] = tune_row(row, args, self.data_bin, self.stages, self.hp, *refs, self.valid_refs, best)
+        return result
+
+    def run(self, rows: List[Row], report: Callable[[Dict[str, Dict[str, object]]], None]) -> None:
+        """Trains the rows asked for (all by default) in order and evaluates every trained row;
+        ``report(results)`` writes the tables after each row this run trained, and at the end."""
+        results: Dict[str, Dict[str, object]] = {}
+        with LoadSampler(self.load_log):
+            for row in rows:
+                wanted = not self.args.report_only and (not self.args.rows or row.name in self.args.rows)
+                trained_now = False
+                if wanted and f"train {row.name}" not in self.stages.done:
+                    if row.protocol == "continued" and f"train {REFERENCE}" not in self.stages.done:
+                        print(f"[converged] {row.name}: pending until {REFERENCE} has converged", flush=True)
+                        continue
+                    self.train(row)
+                    trained_now = True
+                if f"train {row.name}" in self.stages.done:
+                    results[row.name] = self.evaluate(row)
+                if trained_now:
+                    report(self.compared(rows, results))
+        report(self.compared(rows, results))
+
+    def compared(self, rows: List[Row], results: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
+        """``results`` with every row compared with its reference: best checkpoints, averages, tuned."""
+        translations = self.work / "translations"
+        compare(rows, results, lambda name: translations / f"{name}.txt", self.raw_refs, self.num_test)
+        averaged = {name: res["average"] for name, res in results.items()}
+        compare(rows, averaged, lambda name: translations / f"{name}.average.txt", self.raw_refs, self.num_test)
+        tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
+        compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", self.raw_refs, self.num_test)
+        return results
+
+
+def compute_equivalence(rows: List[Row], results: Dict[str, Dict[str, object]]) -> Optional[Dict[str, object]]:
+    """When each row from scratch first reaches the converged Transformer's best validation loss, in
+    updates and in seconds at its idle speed, and the Transformer's updates and seconds over the row's
+    (above 1: the row gets there with less compute)."""
+    if REFERENCE not in results:
+        return None
+    reference = results[REFERENCE]
+    target = min(point["loss"] for point in reference["curve"])
+    base_updates = convergence.first_reaching(reference["curve"], target)
+    base_seconds = base_updates / reference["idle_updates_per_s"]
+    equivalence = {"target_loss": target, "reference": REFERENCE, "rows": {}}
+    for row in (r for r in rows if r.protocol == "converged" and r.name in results):
+        res = results[row.name]
+        updates = convergence.first_reaching(res["curve"], target)
+        seconds = None if updates is None else updates / res["idle_updates_per_s"]
+        equivalence["rows"][row.name] = {
+            "updates": updates, "seconds": None if seconds is None else round(seconds),
+            "updates_ratio": None if updates is None else round(base_updates / updates, 2),
+            "seconds_ratio": None if seconds is None else round(base_seconds / seconds, 2)}
+    return equivalence
+
+
+def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equivalence, caption: str,
+                  args: argparse.Namespace) -> str:
+    """The converged comparison in Markdown: both protocols, the checkpoint averages, compute
+    equivalence and model against search errors."""
+    def label(row: Row) -> str:
+        return fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
+
+    header = ("| row | model | seed | updates | best at | best valid loss | params | idle updates/s | load "
+              "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
+              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+    lr = f"{results[CONTINUED_REFERENCE]['lr']:.3g}" if CONTINUED_REFERENCE in results else "pending"
+    titles = {"converged": f"From scratch until converged (against `{REFERENCE}`)",
+              "continued": f"Continued from `{REFERENCE}`'s best checkpoint, {args.warm_updates} further updates at "
+                           f"its learning rate ({lr}) after a {args.warmup}-update warm-up (`{CONTINUED_REFERENCE}` "
+                           f"against `{REFERENCE}`, the aggregators against `{CONTINUED_REFERENCE}`)"}
+    out = [caption, ""]
+    for protocol in ("converged", "continued"):
+        out += [f"### {titles[protocol]}", "", header]
+        for row in (r for r in rows if r.protocol == protocol):
+            res = results.get(row.name)
+            if res is None:
+                out.append(f"| {row.name} | {label(row)} | {row.seed} | pending |" + "  |" * 11)
+                continue
+            params = f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res else f"{res['delta_params'] / 1e6:+.2f}M"
+            stop = f"{res['stopped_at']}" + ("" if res["converged"] or protocol == "continued" else " (cap)")
+            load = "–" if res.get("load_average") is None else f"{res['load_average']:.1f}"
+            out.append(f"| {row.name} | {label(row)} | {row.seed} | {stop} | {res['best_update']} "
+                       f"| {res['best_loss']:.3f} | {params} | {res['idle_updates_per_s']:.2f} | {load} "
+                       f"| {score_cells(res)} |")
+        out.append("")
+    done = [row for row in rows if row.name in results]
+    out += [f"### Average of the last {convergence.AVERAGED} interval checkpoints (against the same rows, averaged)", "",
+            "| row | updates averaged | BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |",
+            "|---|---|---:|---:|---:|---:|---:|---|"]
+    for row in done:
+        res = results[row.name]["average"]
+        out.append(f"| {row.name} | {', '.join(map(str, res['updates']))} | {score_cells(res)} |")
+    out.append("")
+    if equivalence:
+        out += [f"### Compute equivalence: the first validation at or below `{REFERENCE}`'s best validation loss "
+                f"({equivalence['target_loss']:.3f} bits)", "",
+                "| row | updates | seconds at idle speed | Transformer's updates / row's | Transformer's seconds / row's |",
+                "|---|---:|---:|---:|---:|"]
+        for name, eq in equivalence["rows"].items():
+            cells = ("never | – | – | –" if eq["updates"] is None else
+                     f"{eq['updates']} | {eq['seconds']} | {eq['updates_ratio']:.2f} | {eq['seconds_ratio']:.2f}")
+            out.append(f"| {name} | {cells} |")
+        out.append("")
+    out += ["### Model error or search error (test split, best checkpoint, `fairseq-generate --score-reference`)", "",
+            "| row | sentences | mean score of the beam's hypotheses | mean score of the references "
+            "| references the model prefers (search errors) |",
+            "|---|---:|---:|---:|---:|"]
+    for row in done:
+        ref = results[row.name]["references"]
+        if ref.get("sentences"):
+            out.append(f"| {row.name} | {ref['sentences']} | {ref['mean_hypothesis_score']:.3f} "
+                       f"| {ref['mean_reference_score']:.3f} | {100 * ref['search_error_share']:.1f}% |")
+    out.append("")
+    tuned = [row for row in done if "tuned" in results[row.name]]
+    if tuned:
+        out += ["### Length penalty tuned on the validation split (best checkpoint)", "",
+                "| row | lenpen | BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |",
+                "|---|---:|---:|---:|---:|---:|---:|---|"]
+        out += [f"| {row.name} | {length_penalty.key(results[row.name]['tuned']['lenpen'])} "
+                f"| {score_cells(results[row.name]['tuned'])} |" for row in tuned]
+        out.append("")
+    rule = f"every {args.validate_interval_updates} updates"
+    out.append(
+        f"Validation on the whole validation split {rule}; a row from scratch stops when its best validation loss "
+        f"has not improved for {args.patience_updates} updates (fairseq's `--patience`, applied to the checkpoints on "
+        f"disk so that resumed runs stop where uninterrupted ones would), at most {args.update_cap} updates "
+        "(\"(cap)\": stopped there). Best valid loss: label-smoothed cross-entropy, bits per target token, of the best "
+        "checkpoint, which every BLEU above the averages decodes. BLEU and chrF: sacrebleu on detokenised output. "
+        "† p < 0.01, * p < 0.05 (paired bootstrap, 1000 resamples). Sign test: two-sided binomial over sentences "
+        "whose sentence-BLEU differs. Idle updates/s: the upper decile of fairseq's `ups` over the row's `--log-interval` "
+        "stretches; stretches that shared the cores are slower, so this is the speed on idle cores; seconds at idle "
+        "speed are updates divided by it. Load: the mean 1-minute load average while the row trained (2 is one "
+        "training alone on 2 cores). Scores of hypotheses and references: log-probability per token, base 2, as "
+        "fairseq prints them; a search error is a sentence whose reference the model scores above the hypothesis "
+        "beam search returned.")
+    return "\n".join(out) + "\n"
+
+
+def plot_curves(rows: List[Row], results: Dict[str, Dict[str, object]], equivalence, path: Path) -> None:
+    """Validation loss of the rows from scratch against updates and against seconds at idle speed, and of
+    the continued rows against their further updates."""
+    from ..analysis.plotting import plot_validation_curves
+
+    curves = {"updates": {}, "seconds": {}, "continued": {}}
+    for row in (r for r in rows if r.name in results):
+        res = results[row.name]
+        updates = [p["update"] for p in res["curve"]]
+        losses = [p["loss"] for p in res["curve"]]
+        if row.protocol == "converged":
+            curves["updates"][row.name] = (updates, losses)
+            curves["seconds"][row.name] = ([u / res["idle_updates_per_s"] for u in updates], losses)
+        else:
+            curves["continued"][row.name] = (updates, losses)
+    plot_validation_curves(curves, path, None if equivalence is None else equivalence["target_loss"])

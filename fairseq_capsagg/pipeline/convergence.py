@@ -1,0 +1,188 @@
+"""Training to convergence, resumably: the stop rule, validation curves, checkpoint averages.
+
+fairseq's ``--patience N`` stops a run after N validations without a better validation loss, but
+its counter lives in memory (``should_stop_early.best``): a resumed run forgets it and counts
+afresh. Here the rule is applied to what the run left on disk instead: the update of
+``checkpoint_best.pt`` (fairseq writes it whenever the validation loss is at least as good as the
+best so far) and the update of ``checkpoint_last.pt``. ``fairseq-train`` then runs in segments,
+each to ``--max-update`` = the best update plus the patience, until a segment ends without a new
+best or the cap is reached, so a run stopped and resumed anywhere stops where an uninterrupted
+one would.
+"""
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..patches.safe_checkpoints import allow_fairseq_checkpoint_globals
+
+
+@dataclass(frozen=True)
+class StopRule:
+    """Validate every ``interval`` updates; stop once ``patience`` updates passed without a better
+    validation loss, or at ``cap`` updates."""
+
+    interval: int = 500
+    patience: int = 3000
+    cap: int = 30000
+
+    def __post_init__(self):
+        if self.interval < 1 or self.patience < self.interval or self.patience % self.interval \
+                or self.cap < self.interval or self.cap % self.interval:
+            raise ValueError(f"--validate-interval-updates {self.interval}, --patience-updates {self.patience} and "
+                             f"--update-cap {self.cap}: the patience and the cap must be positive multiples of "
+                             "the validation interval")
+
+    def target(self, best_update: int) -> int:
+        """The update at which the run stops unless a validation after ``best_update`` is better."""
+        return min(self.cap, best_update + self.patience)
+
+    def converged(self, best_update: int, stopped_at: int) -> bool:
+        """Whether a run that stopped at ``stopped_at`` ran out of patience (rather than hit the cap)."""
+        return best_update + self.patience <= stopped_at
+
+    def fairseq_flags(self) -> List[str]:
+        """Validation and a checkpoint every ``interval`` updates and nowhere else (not at epoch
+        ends), the last five interval checkpoints kept for :func:`average_checkpoints`."""
+        never = "1000000"  # epochs: validation and saving happen on the update grid only
+        return ["--validate-interval-updates", str(self.interval), "--save-interval-updates", str(self.interval),
+                "--validate-interval", never, "--save-interval", never, "--keep-interval-updates", str(AVERAGED)]
+
+
+#: How many of the last interval checkpoints are averaged (as NMT papers report).
+AVERAGED = 5
+
+
+def _load(path: Path) -> Dict[str, object]:
+    allow_fairseq_checkpoint_globals()
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def checkpoint_updates(path: Path) -> Tuple[int, Optional[float]]:
+    """The number of updates a fairseq checkpoint was saved at, and its validation loss (None when
+    it was saved without a validation)."""
+    state = _load(path)
+    return int(state["optimizer_history"][-1]["num_updates"]), state.get("extra_state", {}).get("val_loss")
+
+
+def train_in_segments(train_segment: Callable[[int, int], None], save_dir: Path,
+                      target: Callable[[int], int]) -> Dict[str, object]:
+    """Runs ``train_segment(start_update, max_update)`` (``fairseq-train`` resuming from
+    ``save_dir/checkpoint_last.pt``) until the run has reached ``target(best_update)``, the update
+    of its best checkpoint deciding where it ends (:meth:`StopRule.target`, or a fixed number of
+    updates); resumable at any point.
+
+    Returns:
+        ``stopped_at`` (updates), ``best_update`` and ``best_loss`` (bits, that of the best checkpoint).
+    """
+    while True:
+        last, best = save_dir / "checkpoint_last.pt", save_dir / "checkpoint_best.pt"
+        current = checkpoint_updates(last)[0] if last.exists() else 0
+        best_update, best_loss = checkpoint_updates(best) if best.exists() else (0, None)
+        if current >= target(best_update):
+            return {"stopped_at": current, "best_update": best_update,
+                    "best_loss": None if best_loss is None else float(best_loss)}
+        before = current
+        train_segment(current, target(best_update))
+        if not last.exists() or checkpoint_updates(last)[0] <= before:
+            raise RuntimeError(f"fairseq-train ended without saving past update {before} in {save_dir}")
+
+
+_VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+) .*\| num_updates (\d+)")
+_STRETCH = re.compile(r"\| INFO \| train_inner \| (.*)$", re.M)
+_KEY_VALUE = re.compile(r"(\w+)=([-0-9.e]+)")
+
+
+def validation_curve(logs: Iterable[Path]) -> List[Dict[str, float]]:
+    """Every validation of a run's ``fairseq-train`` logs (segments in the order they ran): update,
+    loss and nll_loss in bits, one per update (a later segment's line wins, as after a resume)."""
+    by_update: Dict[int, Dict[str, float]] = {}
+    for log in logs:
+        for loss, nll, update in _VALID.findall(log.read_text(encoding="utf-8", errors="replace")):
+            by_update[int(update)] = {"update": int(update), "loss": float(loss), "nll_loss": float(nll)}
+    return [by_update[u] for u in sorted(by_update)]
+
+
+def train_stretches(logs: Iterable[Path]) -> List[Dict[str, float]]:
+    """fairseq's statistics of every ``--log-interval`` stretch in the logs (``train_inner`` lines):
+    ``ups`` (updates per second), ``gnorm`` (gradient norm before clipping), ``clip`` (per cent
+    clipped) and the rest it prints."""
+    return [{k: float(v) for k, v in _KEY_VALUE.findall(line)} for log in logs
+            for line in _STRETCH.findall(log.read_text(encoding="utf-8", errors="replace"))]
+
+
+def idle_speed(speeds: Sequence[float]) -> Optional[float]:
+    """Updates per second on idle cores, estimated as the upper decile of the stretches' speeds:
+    stretches that shared the CPU with other work (tests, decoding) are slower, never faster."""
+    if not speeds:
+        return None
+    ranked = sorted(speeds)
+    return ranked[min(len(ranked) - 1, int(0.9 * len(ranked)))]
+
+
+def first_reaching(curve: Sequence[Dict[str, float]], loss: float) -> Optional[int]:
+    """The first update whose validation loss is at most ``loss`` (None: never)."""
+    return next((point["update"] for point in curve if point["loss"] <= loss), None)
+
+
+def interval_checkpoints(save_dir: Path) -> List[Path]:
+    """fairseq's interval checkpoints (``checkpoint_EPOCH_UPDATES.pt``) in ``save_dir``, oldest first."""
+    found = [(int(m.group(1)), p) for p in save_dir.glob("checkpoint_*_*.pt")
+             if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:
+    """Writes the element-wise mean of the checkpoints' model weights to ``out`` (fairseq's
+    ``scripts/average_checkpoints.py``, which its wheel does not install); the rest of the newest
+    checkpoint (its configuration) is kept, its optimizer state dropped."""
+    if not paths:
+        raise ValueError("no checkpoints to average")
+    states = [_load(p) for p in paths]
+    keys = list(states[-1]["model"])
+    if any(list(s["model"]) != keys for s in states):
+        raise ValueError(f"checkpoints {', '.join(map(str, paths))} hold different parameters")
+    averaged = dict(states[-1])
+    averaged["model"], by_storage = {}, {}
+    for key in keys:
+        newest = states[-1]["model"][key]
+        tied = (newest.untyped_storage().data_ptr(), newest.storage_offset(), tuple(newest.shape))
+        if tied not in by_storage:  # a tied weight (shared embeddings) stays one tensor
+            by_storage[tied] = torch.stack([s["model"][key].double() for s in states]).mean(0).to(newest.dtype)
+        averaged["model"][key] = by_storage[tied]
+    averaged["last_optimizer_state"] = None
+    averaged["averaged_checkpoints"] = [p.name for p in paths]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(averaged, out)
+    return out
+
+
+_SCORE = re.compile(r"^H-(\d+)\t(-?[0-9.]+(?:e-?\d+)?|-?inf|nan)\t")
+
+
+def hypothesis_scores(path: Path) -> Dict[int, float]:
+    """The score of every hypothesis of ``fairseq-generate`` output by sentence id (its log-probability
+    per token, base 2, divided by length ** lenpen; with ``--score-reference``, the reference's)."""
+    scores = {}
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            match = _SCORE.match(line)
+            if match:
+                scores[int(match.group(1))] = float(match.group(2))
+    return scores
+
+
+def search_errors(hypotheses: Dict[int, float], references: Dict[int, float]) -> Dict[str, float]:
+    """Model error against search error (Stahlberg and Byrne 2019): on the sentences scored both ways,
+    the share whose reference the model scores higher than the hypothesis beam search found (a search
+    error: the model prefers the reference, the beam missed it), and both mean scores."""
+    ids = sorted(set(hypotheses) & set(references))
+    if not ids:
+        return {"sentences": 0}
+    missed = sum(references[i] > hypotheses[i] for i in ids)
+    return {"sentences": len(ids), "search_error_share": round(missed / len(ids), 4),
+            "mean_hypothesis_score": round(sum(hypotheses[i] for i in ids) / len(ids), 4),
+            "mean_reference_score": round(sum(references[i] for i in ids) / len(ids), 4)}

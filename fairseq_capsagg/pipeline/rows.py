@@ -1,0 +1,92 @@
+"""The rows of a results table: one trained model each, decoded and scored, compared with the row
+it names, and the scoring cells every table writes."""
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Dict, List, Tuple
+
+from ..tools import evaluation
+from ..tools.evaluation import significance_mark
+from . import fairseq_runs, length_penalty, report
+from .main_job import Stages
+
+
+@dataclass(frozen=True)
+class Row:
+    """One trained model of the table."""
+
+    name: str
+    system: str
+    protocol: str  # "scratch", "warm", "time" (equal wall-clock), "converged" or "continued"
+    seed: int
+    reference: str  # the row it is compared with
+    flags: Tuple[str, ...] = ()  # model flags of this row only (an ablation)
+    max_update: int = 0  # its own --max-update (equal wall-clock rows); 0: its protocol's
+
+
+def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Callable[[str], Path], raw_refs,
+            num_test) -> None:
+    """Adds BLEU's brevity penalty and length ratio to every row, and delta BLEU, paired bootstrap p
+    and the sign test against each row's reference (hypotheses of row ``name`` in ``hyp_file(name)``)."""
+    hyps = {name: evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file(name)), num_test)[0]
+            for name in results}
+    for name, res in results.items():
+        res.update(evaluation.bleu_details(hyps[name], raw_refs))
+    for row in rows:
+        if row.name not in results or row.reference not in results or row.name == row.reference:
+            continue
+        ref, res = results[row.reference], results[row.name]
+        boot = evaluation.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
+        sign = evaluation.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
+        res.update(delta_bleu=round(res["bleu"] - ref["bleu"], 2), bootstrap_p=boot, sign_p=sign["p_value"],
+                   sign_better=sign["better"], sign_worse=sign["worse"])
+        if "params" in res:
+            res["delta_params"] = res["params"] - ref["params"]
+
+
+def score_cells(res: Dict[str, object]) -> str:
+    """BLEU (with its significance mark) to the sign test: the scoring columns of every table."""
+    mark = significance_mark(res["bootstrap_p"]) if "bootstrap_p" in res else ""
+    delta = f"{res['delta_bleu']:+.2f}" if "delta_bleu" in res else "–"
+    boot = f"{res['bootstrap_p']:.3f}" if "bootstrap_p" in res else "–"
+    sign = f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–"
+    return (f"{res['bleu']:.2f}{mark} | {delta} | {res['brevity_penalty']:.2f} ({res['length_ratio']:.2f}) "
+            f"| {res['chrf']:.2f} | {boot} | {sign}")
+
+
+def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
+              checkpoint: Path, variant: str = ""):
+    """Decodes the test split with ``checkpoint`` and scores it (``variant``: a suffix of the stage,
+    file and log names when a row is scored with more than one checkpoint)."""
+    work = args.workdir
+    name = f"{row.name}{variant}"
+    hyp_file = work / "translations" / f"{name}.txt"
+    hyp_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def translate():
+        speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{name}.log", hp)
+        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
+        return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
+                **evaluation.corpus_scores(hyps, raw_refs), "params": report.count_checkpoint_parameters(checkpoint)}
+
+    stage = f"translate and score {row.name}" + (f" ({variant.lstrip('.')})" if variant else "")
+    return stages.run(stage, translate, hyp_file)
+
+
+def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
+             valid_refs, checkpoint: Path) -> Dict[str, object]:
+    """The row's length penalty tuned on the validation split, and its test scores decoded with it."""
+    work = args.workdir
+    hyp_file = work / "translations" / f"{row.name}.lenpen.txt"
+
+    def translate():
+        tuned = length_penalty.tune(data_bin, checkpoint, args.lenpen_grid, hp, work / "translations" / "lenpen",
+                                    row.name, valid_refs)
+        fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.lenpen.log",
+                              dict(hp, lenpen=tuned["lenpen"]))
+        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
+        return {**tuned, "untranslated_ids": missing, **evaluation.corpus_scores(hyps, raw_refs)}
+
+    grid = ",".join(map(length_penalty.key, args.lenpen_grid))
+    return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)

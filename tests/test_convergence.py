@@ -1,0 +1,210 @@
+"""Training to convergence: the resumable stop rule, the curves and speeds read from fairseq's logs,
+checkpoint averages and the search-error count (no training: fairseq is simulated by its files)."""
+
+from pathlib import Path
+from typing import Dict, List
+
+import pytest
+import torch
+from fairseq.optim import FairseqOptimizer
+from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
+    InverseSquareRootLRScheduleConfig,
+    InverseSquareRootSchedule,
+)
+
+from fairseq_capsagg.pipeline import convergence, fairseq_runs
+
+#: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
+CURVE = {u: loss for u, loss in zip(range(10, 400, 10), [
+    9.0, 8.5, 8.2, 8.0, 7.9, 7.95, 7.93, 7.91, 7.92, 7.85, 7.86, 7.87, 7.9, 7.88, 7.86, 7.89, 7.9, 7.91, 7.92,
+    7.93, 7.94, 7.95, 7.96, 7.97, 7.98, 7.99, 8.0, 8.01, 8.02, 8.03, 8.04, 8.05, 8.06, 8.07, 8.08, 8.09, 8.1,
+    8.11, 8.12])}
+
+
+def uninterrupted_stop(rule: convergence.StopRule, curve: Dict[int, float]):
+    """fairseq's --patience (validations without a strictly better loss), in one uninterrupted run."""
+    best_update, best = 0, float("inf")
+    for update in sorted(curve):
+        if curve[update] < best:
+            best_update, best = update, curve[update]
+        if update - best_update >= rule.patience or update >= rule.cap:
+            return update, best_update
+    raise AssertionError("the curve ends before the rule stops")
+
+
+def save(path: Path, update: int, loss: float) -> None:
+    torch.save({"optimizer_history": [{"num_updates": update}], "extra_state": {"val_loss": loss}}, path)
+
+
+class FakeFairseq:
+    """Writes what fairseq-train writes at each validation: checkpoint_last.pt, and checkpoint_best.pt when
+    the loss is at least as good as the best so far (restored from disk, as fairseq restores it);
+    ``crash_at`` stops one segment after that update, as a killed process would."""
+
+    def __init__(self, save_dir: Path, rule: convergence.StopRule, crash_at: int = 0):
+        self.save_dir, self.rule, self.crash_at = save_dir, rule, crash_at
+        self.segments: List[tuple] = []
+
+    def __call__(self, start: int, max_update: int) -> None:
+        self.segments.append((start, max_update))
+        best_file = self.save_dir / "checkpoint_best.pt"
+        best = convergence.checkpoint_updates(best_file)[1] if best_file.exists() else None
+        for update in range(start + self.rule.interval, max_update + 1, self.rule.interval):
+            if best is None or CURVE[update] <= best:
+                best = CURVE[update]
+                save(best_file, update, best)
+            save(self.save_dir / "checkpoint_last.pt", update, CURVE[update])
+            if update == self.crash_at:
+                self.crash_at = 0
+                raise KeyboardInterrupt("killed")
+
+
+@pytest.mark.parametrize("crash_at", [0, 40, 100, 150])
+def test_a_resumed_run_stops_where_an_uninterrupted_one_would(tmp_path, crash_at):
+    rule = convergence.StopRule(interval=10, patience=60, cap=380)
+    fake = FakeFairseq(tmp_path, rule, crash_at)
+    if crash_at:
+        with pytest.raises(KeyboardInterrupt):
+            convergence.train_in_segments(fake, tmp_path, rule.target)
+    progress = convergence.train_in_segments(fake, tmp_path, rule.target)
+    stopped_at, best_update = uninterrupted_stop(rule, CURVE)
+    assert (progress["stopped_at"], progress["best_update"]) == (stopped_at, best_update) == (160, 100)
+    assert progress["best_loss"] == CURVE[100] and rule.converged(best_update, stopped_at)
+    # segments end at best + patience; the late improvement at 100 extended the run past 110
+    assert fake.segments[0] == (0, 60) and fake.segments[-1][1] == 160
+
+
+def test_the_cap_stops_a_run_that_still_improves(tmp_path):
+    rule = convergence.StopRule(interval=10, patience=60, cap=50)
+    progress = convergence.train_in_segments(FakeFairseq(tmp_path, rule), tmp_path, rule.target)
+    assert progress["stopped_at"] == 50 and progress["best_update"] == 50
+    assert not rule.converged(progress["best_update"], progress["stopped_at"])
+
+
+def test_a_fixed_number_of_updates_ignores_the_best(tmp_path):
+    rule = convergence.StopRule(interval=10, patience=20, cap=380)
+    progress = convergence.train_in_segments(FakeFairseq(tmp_path, rule), tmp_path, lambda best: 300)
+    assert progress["stopped_at"] == 300 and progress["best_update"] == 100
+
+
+def test_a_segment_that_saves_nothing_is_an_error_not_a_loop(tmp_path):
+    with pytest.raises(RuntimeError, match="without saving past update 0"):
+        convergence.train_in_segments(lambda start, end: None, tmp_path, lambda best: 100)
+
+
+@pytest.mark.parametrize("interval,patience,cap", [(0, 10, 10), (10, 5, 100), (10, 25, 100), (10, 20, 95)])
+def test_a_rule_off_the_validation_grid_is_refused(interval, patience, cap):
+    with pytest.raises(ValueError, match="--patience-updates .* multiples of the validation interval"):
+        convergence.StopRule(interval, patience, cap)
+
+
+def test_fairseq_validates_and_saves_on_the_update_grid_only():
+    flags = convergence.StopRule(500, 3000, 30000).fairseq_flags()
+    pairs = dict(zip(flags[::2], flags[1::2]))
+    assert pairs["--validate-interval-updates"] == pairs["--save-interval-updates"] == "500"
+    assert int(pairs["--validate-interval"]) > 1000 and int(pairs["--save-interval"]) > 1000  # no epoch-end ones
+    assert pairs["--keep-interval-updates"] == str(convergence.AVERAGED)
+
+
+LOG = """\
+2026-11-27 08:38:59 | INFO | train_inner | epoch 001:     10 / 51 loss=9.934, nll_loss=9.858, ppl=928.24, wps=224.6, ups=0.17, wpb=1331.9, bsz=52.8, num_updates=10, lr=0.002, gnorm=1.337, clip=60, train_wall=59, wall=60
+2026-11-27 08:39:04 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.336 | nll_loss 9.201 | ppl 588.37 | wps 442.9 | wpb 1146 | bsz 28 | num_updates 10
+2026-11-27 08:39:55 | INFO | train_inner | epoch 001:     20 / 51 loss=8.973, nll_loss=8.769, ppl=436.18, wps=246.3, ups=0.18, wpb=1386.7, bsz=44.8, num_updates=20, lr=1.41421e-03, gnorm=0.465, clip=0, train_wall=51, wall=116
+2026-11-27 08:40:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.066 | nll_loss 8.837 | ppl 457.46 | wps 410 | wpb 1146 | bsz 28 | num_updates 20 | best_loss 9.066
+"""
+
+
+def test_curves_and_speeds_are_read_from_every_segment(tmp_path):
+    first, resumed = tmp_path / "from-0.log", tmp_path / "from-10.log"
+    first.write_text(LOG)
+    # the resumed segment validated update 20 again (the first was killed after validating, before saving)
+    resumed.write_text(LOG.splitlines()[3].replace("loss 9.066", "loss 9.065") + "\n")
+    curve = convergence.validation_curve([first, resumed])
+    assert curve == [{"update": 10, "loss": 9.336, "nll_loss": 9.201}, {"update": 20, "loss": 9.065, "nll_loss": 8.837}]
+    stretches = convergence.train_stretches([first, resumed])
+    assert [s["ups"] for s in stretches] == [0.17, 0.18] and stretches[1]["lr"] == pytest.approx(1.41421e-3)
+    assert stretches[0]["gnorm"] == 1.337 and stretches[0]["clip"] == 60
+    assert convergence.first_reaching(curve, 9.1) == 20 and convergence.first_reaching(curve, 9.0) is None
+
+
+def test_idle_speed_is_the_upper_decile_so_shared_stretches_do_not_lower_it():
+    idle, shared = [0.85] * 12, [0.4] * 8
+    assert convergence.idle_speed(shared + idle) == 0.85
+    assert convergence.idle_speed([0.5]) == 0.5 and convergence.idle_speed([]) is None
+
+
+class RecordingOptimizer(FairseqOptimizer):
+    def __init__(self):  # noqa: D107 (no parameters: only the learning rate is looked at)
+        self.lr = None
+
+    def set_lr(self, lr):
+        self.lr = lr
+
+    def get_lr(self):
+        return self.lr
+
+
+@pytest.mark.parametrize("update", [0, 1, 150, 200, 201, 4000, 15000])
+def test_the_continued_learning_rate_is_fairseqs_inverse_sqrt(update):
+    optimizer = RecordingOptimizer()
+    schedule = InverseSquareRootSchedule(InverseSquareRootLRScheduleConfig(
+        warmup_updates=200, warmup_init_lr=fairseq_runs.WARMUP_INIT_LR, lr=[2e-3]), optimizer)
+    schedule.step_update(update)
+    assert fairseq_runs.inverse_sqrt_lr(update, 2e-3, 200) == pytest.approx(optimizer.get_lr(), rel=1e-9)
+
+
+def test_the_continued_rows_keep_a_constant_rate_after_the_warm_up():
+    flags = fairseq_runs.schedule_flags({"schedule": "fixed", "warmup": 200})
+    assert flags == ["--lr-scheduler", "fixed", "--warmup-updates", "200"]
+    assert "inverse_sqrt" in fairseq_runs.schedule_flags({"warmup": 200})
+
+
+def test_averaging_keeps_tied_weights_tied_and_drops_the_optimizer(tmp_path):
+    paths = []
+    for i in range(3):
+        shared = torch.full((2, 2), float(i))
+        state = {"model": {"embed.weight": shared, "output.weight": shared, "bias": torch.tensor([i * 2.0])},
+                 "cfg": {"model": "x"}, "last_optimizer_state": {"big": 1}, "optimizer_history": [{"num_updates": i}]}
+        paths.append(tmp_path / f"checkpoint_1_{(i + 1) * 10}.pt")
+        torch.save(state, paths[-1])
+    out = convergence.average_checkpoints(paths, tmp_path / "average.pt")
+    averaged = torch.load(out, weights_only=True)
+    torch.testing.assert_close(averaged["model"]["embed.weight"], torch.ones(2, 2), rtol=0, atol=0)
+    torch.testing.assert_close(averaged["model"]["bias"], torch.tensor([2.0]), rtol=0, atol=0)
+    assert averaged["model"]["embed.weight"].data_ptr() == averaged["model"]["output.weight"].data_ptr()
+    assert averaged["last_optimizer_state"] is None and averaged["cfg"] == {"model": "x"}
+    assert convergence.interval_checkpoints(tmp_path) == paths  # by update, not by name
+    (tmp_path / "checkpoint_1_5.pt").write_bytes(b"")
+    assert convergence.interval_checkpoints(tmp_path)[0].name == "checkpoint_1_5.pt"
+
+
+def test_search_errors_count_references_the_model_prefers(tmp_path):
+    hyps, refs = tmp_path / "h.txt", tmp_path / "r.txt"
+    hyps.write_text("S-0\tx\nH-0\t-0.5\ta b\nD-0\t-0.5\ta b\nH-1\t-1.25\tc\nH-2\t-2\td\n")
+    refs.write_text("H-0\t-0.75\ta c\nH-1\t-1e-01\tc d\nH-3\t-1\te\n")
+    errors = convergence.search_errors(convergence.hypothesis_scores(hyps), convergence.hypothesis_scores(refs))
+    assert errors == {"sentences": 2, "search_error_share": 0.5, "mean_hypothesis_score": -0.875,
+                      "mean_reference_score": -0.425}
+    assert convergence.search_errors({}, {}) == {"sentences": 0}
+
+
+def test_compute_equivalence_is_read_from_the_curves():
+    from fairseq_capsagg.pipeline.converged import REFERENCE, compute_equivalence
+    from fairseq_capsagg.pipeline.rows import Row
+
+    def curve(*losses):
+        return [{"update": 100 * (i + 1), "loss": loss} for i, loss in enumerate(losses)]
+
+    rows = [Row(REFERENCE, "baseline", "converged", 1, REFERENCE), Row("continued-baseline", "baseline", "continued", 1, REFERENCE),
+            Row("converged-dyncomb-s1", "dyncomb", "converged", 1, REFERENCE),
+            Row("converged-emrouting-s1", "emrouting", "converged", 1, REFERENCE)]
+    results = {REFERENCE: {"curve": curve(9, 7, 6, 5.5, 5.6), "idle_updates_per_s": 1.0},
+               "continued-baseline": {"curve": curve(5.4), "idle_updates_per_s": 1.0},
+               "converged-dyncomb-s1": {"curve": curve(8, 6, 5.5), "idle_updates_per_s": 0.5},
+               "converged-emrouting-s1": {"curve": curve(9, 8, 7, 6), "idle_updates_per_s": 0.5}}
+    eq = compute_equivalence(rows, results)
+    assert eq["target_loss"] == 5.5 and set(eq["rows"]) == {REFERENCE, "converged-dyncomb-s1", "converged-emrouting-s1"}
+    assert eq["rows"]["converged-dyncomb-s1"] == {"updates": 300, "seconds": 600, "updates_ratio": 1.33,
+                                                  "seconds_ratio": 0.67}
+    assert eq["rows"]["converged-emrouting-s1"]["updates"] is None
+    assert compute_equivalence(rows, {k: v for k, v in results.items() if k != REFERENCE}) is None
