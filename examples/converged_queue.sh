@@ -35,8 +35,9 @@ case "${1:-status}" in
     mkdir -p "$WORK"
     echo "$commit" > "$WORK/queue.commit"
     echo "[queue] $(date -u +%FT%TZ) start from $code $*" >> "$WORK/queue.log"
-    # PYTHONPATH puts the frozen package before the checkout's editable install
-    (cd "$code" && PYTHONPATH=$code nohup setsid "$PYTHON" -m fairseq_capsagg.pipeline.table1 --table converged \
+    # PYTHONPATH puts the frozen package before the checkout's editable install; set -m gives the job its
+    # own process group (pgid = pid), which pause/resume/stop signal with the trainings it starts
+    (set -m; cd "$code" && PYTHONPATH=$code nohup "$PYTHON" -m fairseq_capsagg.pipeline.table1 --table converged \
       --workdir "$WORK" --publish "$ROOT/docs/results" "$@" >> "$WORK/queue.log" 2>&1 & echo $! > "$PIDFILE")
     echo "started (pid $(cat "$PIDFILE"), code $commit); log: $WORK/queue.log"
     ;;
