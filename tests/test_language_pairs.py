@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from fairseq_capsagg import USER_DIR
+from fairseq_capsagg.pipeline import main_job as main_job_module
+from fairseq_capsagg.pipeline import subwords
 from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
 from fairseq_capsagg.tools import evaluation
@@ -20,6 +22,7 @@ from fairseq_capsagg.tools.evaluation import bleu_tokenizer, corpus_scores, sign
 from helpers import BIN, ROOT, TINY_CORPUS
 
 MAIN_JOB = ROOT / "examples" / "main_job.py"
+TABLE1 = ROOT / "examples" / "table1.py"
 CHINESE = ["打开文件。", "无法创建文件 %s", "保存文档"]
 
 
@@ -148,3 +151,58 @@ def test_bleu_details_split_bleu_into_precisions_and_brevity():
     assert short["length_ratio"] == round(10 / 13, 4)
     assert short["brevity_penalty"] == round(math.exp(1 - 13 / 10), 4)
     assert short["precisions"][0] == 100.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair,method", [(("zh", "en"), "sentencepiece"), (("en", "de"), "subword-nmt")])
+def test_quick_subwords_and_binarisation_fit_every_bundled_pair(pair, method, tmp_path):
+    """The pair and subword combinations the quick main-job runs do not cover: a Chinese side has more
+    characters than --quick's 1,000 pieces, so sentencepiece learns its smallest vocabulary for them."""
+    args = main_job_module.parse_args(["--quick", "--source-lang", pair[0], "--target-lang", pair[1],
+                                       "--subwords", method, "--workdir", str(tmp_path)])
+    stages = main_job_module.Stages(tmp_path)
+    corpus_dir = main_job_module.unpack_corpus(BUNDLED[pair], tmp_path / "corpus", pair, stages)
+    data_bin = main_job_module.prepare_data(args, corpus_dir, stages, main_job_module.QUICK_LIMITS)
+    learnt = stages.done["subwords"]["vocab_size"]
+    assert learnt > 1000 if method == "sentencepiece" else learnt == 1000
+    sizes = {split: n for split, n in stages.done["subwords"].items() if split != "vocab_size"}
+    assert sizes["valid"] == sizes["test"] == 60 and 0 < sizes["train"] <= 3000
+    assert all((data_bin / f"dict.{lang}.txt").is_file() for lang in pair)
+
+
+def small_chinese_corpus(directory: Path, lines: int = 300) -> Path:
+    """The first ``lines`` pairs of every split of the bundled Chinese-English corpus."""
+    full = unpack_tarball(BUNDLED[("zh", "en")].tarball, directory / "full", BUNDLED[("zh", "en")].sha256)
+    small = directory / "small"
+    small.mkdir()
+    for split in ("train", "valid", "test"):
+        for lang in ("zh", "en"):
+            (small / f"{split}.{lang}").write_text(
+                "\n".join(evaluation.read_lines(full / f"{split}.{lang}")[:lines]) + "\n", encoding="utf-8")
+    return small
+
+
+@pytest.mark.slow
+def test_a_vocabulary_below_the_corpus_characters_is_one_error_line_naming_the_smallest(tmp_path):
+    corpus = small_chinese_corpus(tmp_path)
+    result = main_job("--source-lang", "zh", "--target-lang", "en", "--corpus", str(corpus), "--vocab-size", "100",
+                      "--workdir", str(tmp_path / "work"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    match = re.search(r"main_job: error: --vocab-size 100 cannot hold the characters of this corpus: at character "
+                      r"coverage 0\.9995 sentencepiece needs at least (\d+) pieces; use --vocab-size \1 or more",
+                      result.stderr)
+    assert match, result.stderr[-2000:]
+    smallest = int(match.group(1))
+    model = SubwordModel("sentencepiece", tmp_path / "spm" / "spm.model")
+    assert subwords.learn(model, corpus, ("zh", "en"), smallest) == smallest  # the value named works
+    with pytest.raises(subwords.VocabularyTooSmall):
+        subwords.learn(model, corpus, ("zh", "en"), smallest - 1)
+
+
+@pytest.mark.slow
+def test_table1_names_the_smallest_vocabulary_in_one_error_line(tmp_path):
+    result = subprocess.run([sys.executable, str(TABLE1), "--vocab-size", "50", "--workdir", str(tmp_path / "w")],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert re.search(r"table1: error: --vocab-size 50 cannot hold the characters of this corpus: at character "
+                     r"coverage 1 sentencepiece needs at least \d+ pieces; use --vocab-size \d+ or more", result.stderr)

@@ -33,6 +33,10 @@ from . import fairseq_runs, report, subwords
 
 
 
+#: ``--quick``: the sentences kept of each split.
+QUICK_LIMITS = {"train": 3000, "valid": 60, "test": 60}
+
+
 class ConfigMismatch(RuntimeError):
     pass
 
@@ -161,8 +165,13 @@ def prepare_data(args: argparse.Namespace, corpus_dir: Path, stages: "Stages", l
 
     def make_subwords():
         size = args.bpe_merges or args.vocab_size
-        subwords.learn(model, corpus_dir, args.pair, size, max_sentences=20000 if args.quick else 1_000_000)
-        return subwords.encode_corpus(model, corpus_dir, args.pair, encoded, args.max_train_tokens, limits)
+        learnt = subwords.learn(model, corpus_dir, args.pair, size, max_sentences=20000 if args.quick else 1_000_000,
+                                grow_to_fit=args.quick)
+        if learnt != size:
+            print(f"[main-job] --quick: {size} subwords cannot hold this corpus' characters; learnt {learnt}, "
+                  "sentencepiece's smallest vocabulary for them", flush=True)
+        return {**subwords.encode_corpus(model, corpus_dir, args.pair, encoded, args.max_train_tokens, limits),
+                "vocab_size": learnt}
 
     stages.run("subwords", make_subwords, model.path)
     data_bin = work / "data-bin"
@@ -241,7 +250,7 @@ def main(argv=None) -> int:
           "beam": args.beam, "decode_batch": 32, "log_interval": 10 if args.quick else 50,
           "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair,
           "remove_bpe": subword.fairseq_bpe}
-    limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
+    limits = QUICK_LIMITS if args.quick else None
 
     try:
         corpus_dir = args.corpus if tarball is None else unpack_corpus(tarball, work / "corpus", args.pair, stages)
@@ -249,7 +258,11 @@ def main(argv=None) -> int:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
 
-    data_bin = prepare_data(args, corpus_dir, stages, limits)
+    try:
+        data_bin = prepare_data(args, corpus_dir, stages, limits)
+    except subwords.VocabularyTooSmall as e:
+        print(f"main_job: error: {e}", file=sys.stderr)
+        return 2
 
     model_args = args.model_args.split()
 

@@ -6,6 +6,8 @@ the same model serves ``fairseq-generate`` (``--remove-bpe``), ``fairseq-interac
 """
 
 import itertools
+import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional
@@ -57,24 +59,71 @@ def character_coverage(pair: Pair) -> float:
     return CJK_CHARACTER_COVERAGE if CJK_LANGUAGES & set(pair) else 1.0
 
 
-def learn(model: SubwordModel, corpus: Path, pair: Pair, size: int, max_sentences: int = 1_000_000) -> SubwordModel:
+#: Seeds the sample of both training sides that subwords are learnt from when they hold more than
+#: ``max_sentences`` sentences (``--quick``), so a quick run learns the same subwords every time.
+SAMPLE_SEED = 1
+
+
+class VocabularyTooSmall(ValueError):
+    """The sentencepiece vocabulary asked for cannot hold the corpus' characters."""
+
+    def __init__(self, size: int, required: int, coverage: float):
+        self.size, self.required = size, required
+        super().__init__(f"--vocab-size {size} cannot hold the characters of this corpus: at character coverage "
+                         f"{coverage:g} sentencepiece needs at least {required} pieces; use --vocab-size {required} "
+                         "or more")
+
+
+#: sentencepiece's refusal of a vocabulary smaller than the characters it must keep (and its own pieces).
+_REQUIRED_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
+
+
+def learn(model: SubwordModel, corpus: Path, pair: Pair, size: int, max_sentences: int = 1_000_000,
+          grow_to_fit: bool = False) -> int:
     """Learns ``model`` jointly on both training sides: a sentencepiece BPE vocabulary of ``size``
-    pieces, or ``size`` subword-nmt merges."""
+    pieces, or ``size`` subword-nmt merges.
+
+    Returns:
+        the size learnt: ``size``, or with ``grow_to_fit`` (``--quick``) the smallest sentencepiece
+        vocabulary that holds the corpus' characters when ``size`` is below it.
+
+    Raises:
+        VocabularyTooSmall: ``size`` is below that smallest vocabulary (without ``grow_to_fit``).
+    """
     model.path.parent.mkdir(parents=True, exist_ok=True)
     sources = [corpus / f"train.{lang}" for lang in pair]
     if model.method == "sentencepiece":
-        spm.SentencePieceTrainer.train(
-            input=[str(path) for path in sources], model_prefix=str(model.path.with_suffix("")),
-            vocab_size=size, model_type="bpe", character_coverage=character_coverage(pair),
-            input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2, minloglevel=2)
-        return model
+        lines = [line for path in sources for line in read_lines(path)]
+        # sentencepiece's own sample of a larger corpus differs from run to run, whatever its seed
+        sample = random.Random(SAMPLE_SEED).sample(lines, max_sentences) if len(lines) > max_sentences else None
+
+        def train(vocab_size: int) -> None:
+            corpus_args = {"input": [str(path) for path in sources]} if sample is None else \
+                {"sentence_iterator": iter(sample)}
+            spm.SentencePieceTrainer.train(
+                **corpus_args, model_prefix=str(model.path.with_suffix("")),
+                vocab_size=vocab_size, model_type="bpe", character_coverage=character_coverage(pair),
+                input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2, minloglevel=2)
+
+        try:
+            train(size)
+            return size
+        except RuntimeError as e:
+            match = _REQUIRED_CHARS.search(str(e))
+            if match is None:
+                raise
+            required = int(match.group(2))
+            if not grow_to_fit:
+                raise VocabularyTooSmall(size, required, character_coverage(pair)) from None
+        train(required)
+        return required
     from subword_nmt.learn_bpe import learn_bpe
 
     lines = itertools.chain.from_iterable(
         itertools.islice(read_lines(path), max_sentences) for path in sources)
     with open(model.path, "w", encoding="utf-8") as codes:
         learn_bpe((line + "\n" for line in lines), codes, size)
-    return model
+    return size
 
 
 def segmenter(model: SubwordModel):

@@ -45,7 +45,9 @@ from ..tools import evaluation
 from . import corpus as corpus_mod
 from . import converged, fairseq_runs, length_penalty, report
 from .rows import Row, compare, score_cells, score_row, tune_row
+from .subwords import VocabularyTooSmall
 from .main_job import (
+    QUICK_LIMITS,
     ConfigMismatch,
     Stages,
     WorkdirBusy,
@@ -360,8 +362,12 @@ def main(argv=None) -> int:
     except corpus_mod.CorpusError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    limits = {"train": 3000, "valid": 60, "test": 60} if args.quick else None
-    data_bin = prepare_data(args, corpus_dir, stages, limits)
+    limits = QUICK_LIMITS if args.quick else None
+    try:
+        data_bin = prepare_data(args, corpus_dir, stages, limits)
+    except VocabularyTooSmall as e:
+        print(f"table1: error: {e}", file=sys.stderr)
+        return 2
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "beam": args.beam,
           "decode_batch": 32, "log_interval": 10 if args.quick else 50, "save_interval_updates": args.save_interval,
           "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair, "remove_bpe": "sentencepiece"}
