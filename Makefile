@@ -22,8 +22,13 @@ $(STAMP): setup.py requirements.txt
 	$(PY) -c "import torch, fairseq, fairseq_capsagg; print('installed: torch', torch.__version__, '| fairseq', fairseq.__version__)"
 	touch $(STAMP)
 
+# The whole suite in two test workers of one thread each (pytest-xdist, a file per worker at a time): on 2
+# cores, processes of two threads each would spin-wait on cores the other worker holds. The fast lane (no
+# training, no processes) is quicker in one worker.
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
+
 test: setup
-	$(PY) -m pytest -q tests
+	$(PYTEST) tests
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not slow" tests

@@ -18,6 +18,8 @@ from fairseq_capsagg.models import CapsAggTransformerModel
 ROOT = Path(__file__).resolve().parents[1]
 TINY_CORPUS = ROOT / "examples" / "data" / "tiny-ende"
 BIN = Path(sys.executable).parent
+MAIN_JOB = ROOT / "examples" / "main_job.py"
+TABLE1 = ROOT / "examples" / "table1.py"
 
 #: Every ``transformer_{family}_{shape}`` family.
 FAMILIES = list(families())
@@ -28,14 +30,41 @@ TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn
         "--output-capsules", "8"]
 
 
+def tool_threads() -> str:
+    """Threads of every process the tests start: ``OMP_NUM_THREADS`` when set (``make test`` runs two
+    test workers with one thread each, so that no process waits on a core another one spins on),
+    else 2 (the machine's cores)."""
+    return os.environ.get("OMP_NUM_THREADS", "2")
+
+
 def run_tool(tool: str, *args: str, stdin: str = None, check: bool = True, timeout: int = 300):
     """Runs a console script of this environment (fairseq-train, ...) and returns the result."""
-    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="2")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS=tool_threads())
     result = subprocess.run([str(BIN / tool), *args], input=stdin, capture_output=True, text=True,
                             env=env, timeout=timeout)
     if check and result.returncode != 0:
         raise AssertionError(f"{tool} failed ({result.returncode}):\n{result.stderr[-4000:]}")
     return result
+
+
+def run_driver(script: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """Runs an experiment driver as a user would, from a checkout; with ``check`` a failure raises
+    with the end of its output."""
+    result = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True, timeout=900,
+                            env=dict(os.environ, OMP_NUM_THREADS=tool_threads()))
+    if check and result.returncode != 0:
+        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
+    return result
+
+
+def main_job(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``examples/main_job.py`` with ``args``."""
+    return run_driver(MAIN_JOB, *args, check=check)
+
+
+def table1(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``examples/table1.py`` with ``args``."""
+    return run_driver(TABLE1, *args, check=check)
 
 
 def train(data, save_dir, arch, *extra):

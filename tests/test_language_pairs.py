@@ -7,7 +7,6 @@ import math
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,18 +18,9 @@ from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_ta
 from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
 from fairseq_capsagg.tools import evaluation
 from fairseq_capsagg.tools.evaluation import bleu_tokenizer, corpus_scores, signatures
-from helpers import BIN, ROOT, TINY_CORPUS
+from helpers import BIN, TINY_CORPUS, main_job, table1
 
-MAIN_JOB = ROOT / "examples" / "main_job.py"
-TABLE1 = ROOT / "examples" / "table1.py"
 CHINESE = ["打开文件。", "无法创建文件 %s", "保存文档"]
-
-
-def main_job(*args, check=True):
-    result = subprocess.run([sys.executable, str(MAIN_JOB), *args], capture_output=True, text=True, timeout=900)
-    if check and result.returncode != 0:
-        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
-    return result
 
 
 def test_scoring_and_subwords_fit_the_script():
@@ -201,8 +191,7 @@ def test_a_vocabulary_below_the_corpus_characters_is_one_error_line_naming_the_s
 
 @pytest.mark.slow
 def test_table1_names_the_smallest_vocabulary_in_one_error_line(tmp_path):
-    result = subprocess.run([sys.executable, str(TABLE1), "--vocab-size", "50", "--workdir", str(tmp_path / "w")],
-                            capture_output=True, text=True, timeout=300)
+    result = table1("--vocab-size", "50", "--workdir", str(tmp_path / "w"), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert re.search(r"table1: error: --vocab-size 50 cannot hold the characters of this corpus: at character "
                      r"coverage 1 sentencepiece needs at least \d+ pieces; use --vocab-size \d+ or more", result.stderr)

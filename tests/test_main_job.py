@@ -2,26 +2,14 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from fairseq_capsagg.pipeline import corpus as corpus_mod
-from helpers import ROOT, TINY_CORPUS
+from fairseq_capsagg.pipeline.main_job import QUICK
+from helpers import TINY_CORPUS, main_job
 
 pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
-
-MAIN_JOB = ROOT / "examples" / "main_job.py"
-
-
-def main_job(*args, check=True):
-    result = subprocess.run([sys.executable, str(MAIN_JOB), *args], capture_output=True, text=True,
-                            timeout=900)
-    if check and result.returncode != 0:
-        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
-    return result
-
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):
@@ -33,8 +21,9 @@ def test_quick_main_job_writes_the_table(quick_run):
     workdir, result = quick_run
     rows = json.loads((workdir / "results.json").read_text())["rows"]
     assert [r["system"] for r in rows] == ["baseline", "emrouting", "baseline", "emrouting"]
-    assert rows[0]["updates"] == 40 and rows[1]["updates"] == 40 and rows[2]["updates"] > 40
-    assert rows[3]["updates"] > 40  # 40 baseline updates + the warm-started ones
+    updates = QUICK["max_update"]
+    assert rows[0]["updates"] == updates and rows[1]["updates"] == updates and rows[2]["updates"] > updates
+    assert rows[3]["updates"] > updates  # the baseline's updates + the warm-started ones
     assert rows[1]["params"] > rows[0]["params"] == rows[2]["params"]
     assert rows[3]["params"] == rows[1]["params"]
     for row in rows:
@@ -58,7 +47,7 @@ def test_quick_main_job_writes_the_table(quick_run):
     assert abs(step0[f"{em} (identity)"]["loss"] - step0["baseline"]["loss"]) < \
         abs(step0[em]["loss"] - step0["baseline"]["loss"])
     table = (workdir / "results.md").read_text()
-    assert "| 2 | + EM Routing (small) | 40 |" in table
+    assert f"| 2 | + EM Routing (small) | {updates} |" in table
     for stage in ["corpus", "subwords", "binarise", "train baseline", "train emrouting"]:
         assert f"[main-job] {stage} ..." in result.stdout
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_capsagg import USER_DIR
-from helpers import BIN, TINY, TINY_CORPUS, run_tool
+from helpers import BIN, TINY, TINY_CORPUS, run_tool, tool_threads
 
 pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
@@ -43,7 +43,7 @@ def interactive(data, checkpoint, lines, *flags, plugin: bool, check: bool = Tru
     command = ([str(BIN / "fairseq-interactive"), *args, "--user-dir", USER_DIR] if plugin
                else [sys.executable, "-c", STOCK_INTERACTIVE, *args])
     result = subprocess.run(command, input="".join(line + "\n" for line in lines), capture_output=True, text=True,
-                            timeout=300, env=dict(os.environ, OMP_NUM_THREADS="2", PYTHONWARNINGS="ignore"))
+                            timeout=300, env=dict(os.environ, OMP_NUM_THREADS=tool_threads(), PYTHONWARNINGS="ignore"))
     if check:
         assert result.returncode == 0, result.stderr[-3000:]
     outputs = sorted(line for line in result.stdout.splitlines() if re.match(r"^[SHD]-\d+\t", line))

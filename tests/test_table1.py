@@ -2,26 +2,17 @@
 resumability."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+from fairseq_capsagg.pipeline.main_job import QUICK
 from fairseq_capsagg.tools.evaluation import read_generate_output
-from helpers import ROOT
+from helpers import table1
 
 pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
-TABLE1 = ROOT / "examples" / "table1.py"
 ROWS = "scratch-baseline-s1,warm-baseline,warm-emrouting"
 LENPEN = ("--lenpen-grid", "2,1")  # two values keep the quick table quick
-
-
-def table1(*args):
-    result = subprocess.run([sys.executable, str(TABLE1), *args], capture_output=True, text=True, timeout=900)
-    if result.returncode != 0:
-        raise AssertionError(result.stdout[-3000:] + result.stderr[-3000:])
-    return result
 
 
 @pytest.fixture(scope="module")
@@ -35,9 +26,10 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     payload = json.loads((quick_table / "table1.json").read_text())
     results = payload["results"]
     assert set(results) == set(ROWS.split(","))
-    assert results["scratch-baseline-s1"]["updates"] == 30 and results["warm-baseline"]["updates"] == 20
+    assert results["scratch-baseline-s1"]["updates"] == QUICK["max_update"]
+    assert results["warm-baseline"]["updates"] == QUICK["warm_updates"]
     em = results["warm-emrouting"]
-    assert em["updates"] == 20 and em["reference"] == "warm-baseline"
+    assert em["updates"] == QUICK["warm_updates"] and em["reference"] == "warm-baseline"
     assert em["delta_bleu"] == pytest.approx(em["bleu"] - results["warm-baseline"]["bleu"], abs=0.01)
     assert 0 <= em["bootstrap_p"] <= 1 and 0 <= em["sign_p"] <= 1 and em["delta_params"] > 0
     for row in results.values():
@@ -56,7 +48,7 @@ def test_rows_are_compared_within_their_protocol(quick_table):
     for system, label in (("baseline", "Transformer"), ("emrouting", "+ EM Routing"),
                           ("linagg", "+ Linear Combination"), ("dyncomb", "+ Dynamic Combination")):
         assert f"| scratch-{system}-s2 | {label} | 2 | pending |" in table  # the default second seeds
-    assert "| warm-emrouting | + EM Routing | 1 | 20 |" in table
+    assert f"| warm-emrouting | + EM Routing | 1 | {QUICK['warm_updates']} |" in table
 
 
 def test_length_penalty_is_tuned_on_validation_for_each_row(quick_table):
@@ -81,8 +73,7 @@ def test_length_penalty_is_tuned_on_validation_for_each_row(quick_table):
 
 
 def test_a_bad_length_penalty_grid_is_one_clear_line(tmp_path):
-    result = subprocess.run([sys.executable, str(TABLE1), "--quick", "--workdir", str(tmp_path / "w"),
-                             "--lenpen-grid", "1,long"], capture_output=True, text=True)
+    result = table1("--quick", "--workdir", str(tmp_path / "w"), "--lenpen-grid", "1,long", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: --lenpen-grid: '1,long' is not a comma-separated list of numbers" in result.stderr
 
@@ -117,7 +108,8 @@ def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tm
     payload = json.loads((tmp_path / "peers-cpu.json").read_text())
     results = payload["results"]
     assert set(results) == {"scratch-baseline-s1", "scratch-dwa-s1", "time-dwa-s1"}
-    assert results["scratch-dwa-s1"]["updates"] == 30 and results["time-dwa-s1"]["updates"] == 24
+    assert results["scratch-dwa-s1"]["updates"] == QUICK["max_update"]
+    assert results["time-dwa-s1"]["updates"] == round(QUICK["max_update"] * ratios["dwa"])
     assert results["time-dwa-s1"]["reference"] == "scratch-baseline-s1" and 0 <= results["time-dwa-s1"]["bootstrap_p"] <= 1
     assert payload["speed_ratios"]["ratios"]["emrouting"] == 0.5
     table = (tmp_path / "peers-cpu.md").read_text()
@@ -131,74 +123,7 @@ def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tm
 
 
 def test_peers_without_speed_ratios_is_one_clear_line(tmp_path):
-    result = subprocess.run([sys.executable, str(TABLE1), "--quick", "--workdir", str(tmp_path / "w"), "--table",
-                             "peers", "--speed-json", str(tmp_path / "none.json")], capture_output=True, text=True)
+    result = table1("--quick", "--workdir", str(tmp_path / "w"), "--table", "peers", "--speed-json",
+                    str(tmp_path / "none.json"), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: --speed-json: {tmp_path / 'none.json'} does not exist" in result.stderr
-
-
-CONVERGED_ROWS = "converged-baseline-s1,continued-baseline"
-
-
-@pytest.fixture(scope="module")
-def quick_converged(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("converged")
-    publish = tmp_path_factory.mktemp("published")
-    result = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
-                    "--publish", str(publish))
-    return workdir, publish, result
-
-
-def test_converged_rows_train_until_the_rule_stops_them_in_resumable_segments(quick_converged):
-    workdir, publish, _ = quick_converged
-    payload = json.loads((publish / "converged-cpu.json").read_text())
-    results = payload["results"]
-    assert set(results) == set(CONVERGED_ROWS.split(","))
-    base = results["converged-baseline-s1"]
-    # --quick: validation every 10 updates, patience 20, cap 40; each segment ends at best + patience
-    segments = sorted(int(p.stem.split("-")[1]) for p in (workdir / "logs" / "train-converged-baseline-s1").glob("*.log"))
-    assert segments[0] == 0 and len(segments) >= 2 and all(s % 10 == 0 for s in segments)
-    assert base["stopped_at"] in (base["best_update"] + 20, 40)
-    assert base["converged"] == (base["best_update"] + 20 <= base["stopped_at"])
-    assert [p["update"] for p in base["curve"]] == list(range(10, base["stopped_at"] + 1, 10))
-    assert base["best_loss"] == pytest.approx(min(p["loss"] for p in base["curve"]), abs=5e-4)
-    assert base["idle_updates_per_s"] > 0 and base["load_average"] > 0 and base["grad_norm"] > 0
-    assert base["average"]["updates"] == list(range(max(10, base["stopped_at"] - 40), base["stopped_at"] + 1, 10))
-
-
-def test_continued_rows_start_from_the_converged_best_checkpoint_at_its_learning_rate(quick_converged):
-    workdir, publish, _ = quick_converged
-    results = json.loads((publish / "converged-cpu.json").read_text())["results"]
-    row, base = results["continued-baseline"], results["converged-baseline-s1"]
-    assert row["stopped_at"] == 20 and row["lr"] == pytest.approx(2e-3 * (10 / base["best_update"]) ** 0.5)
-    log = (workdir / "logs" / "train-continued-baseline" / "from-0.log").read_text()
-    assert f"loading pretrained model from {workdir}/checkpoints/converged-baseline-s1/checkpoint_best.pt" in log
-    assert "'lr_scheduler': {'_name': 'fixed', " in log and "'warmup_updates': 10, " in log
-    assert row["reference"] == "converged-baseline-s1" and 0 <= row["bootstrap_p"] <= 1 and row["delta_params"] == 0
-    assert row["delta_bleu"] == pytest.approx(row["bleu"] - base["bleu"], abs=0.01)
-    assert row["average"]["delta_bleu"] == pytest.approx(row["average"]["bleu"] - base["average"]["bleu"], abs=0.01)
-    assert 0 < row["references"]["sentences"] <= 60 and 0 <= row["references"]["search_error_share"] <= 1
-
-
-def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_converged, tmp_path):
-    workdir, publish, _ = quick_converged
-    table = (publish / "converged-cpu.md").read_text()
-    for pending in ("| converged-dyncomb-s1 | + Dynamic Combination | 1 | pending |",
-                    "| continued-emrouting-encoder | + EM Routing (--decoder-aggregation none) | 1 | pending |",
-                    "| continued-emrouting | + EM Routing | 1 | pending |",
-                    "| converged-baseline-s2 | Transformer | 2 | pending |",
-                    "| converged-mudd-s1 | + MUDD connections | 1 | pending |"):
-        assert pending in table
-    assert "### Compute equivalence" in table and "### Model error or search error" in table
-    assert (publish / "converged-curves.png").stat().st_size > 10_000
-    again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
-                   "--publish", str(tmp_path))
-    assert "[main-job] train continued-baseline ..." not in again.stdout
-    assert (tmp_path / "converged-cpu.md").read_text() == table
-
-
-def test_a_converged_rule_off_the_validation_grid_is_one_clear_line(tmp_path):
-    result = subprocess.run([sys.executable, str(TABLE1), "--table", "converged", "--workdir", str(tmp_path / "w"),
-                             "--patience-updates", "1234"], capture_output=True, text=True)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "error: --validate-interval-updates 500, --patience-updates 1234" in result.stderr

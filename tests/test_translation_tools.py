@@ -22,7 +22,8 @@ def tiny_sentencepiece_model(tmp_path_factory):
     """A tiny corpus in sentencepiece subwords, binarised, and EM routing trained for 3 updates on it;
     laid out as the main job lays out its work directory."""
     work = tmp_path_factory.mktemp("tiny-spm")
-    model = learn(subword_model("sentencepiece", work), TINY_CORPUS, ("en", "de"), 300)
+    model = subword_model("sentencepiece", work)
+    learn(model, TINY_CORPUS, ("en", "de"), 300)
     encode_corpus(model, TINY_CORPUS, ("en", "de"), work / "subwords", max_train_tokens=256)
     run_tool("fairseq-preprocess", "--source-lang", "en", "--target-lang", "de",
              "--trainpref", str(work / "subwords" / "train"),

@@ -48,6 +48,8 @@ from .rows import Row, compare, score_cells, score_row, tune_row
 from .subwords import VocabularyTooSmall
 from .main_job import (
     QUICK_LIMITS,
+    apply_quick,
+    log_interval,
     ConfigMismatch,
     Stages,
     WorkdirBusy,
@@ -191,8 +193,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also write the tables as DIR/{table1,peers}-{cpu,gpu}.{md,json}")
     p.add_argument("--gpu", action="store_true")
     p.add_argument("--quick", action="store_true",
-                   help="minutes: 3000 pairs, 60 test, 30 updates, 1k vocabulary (converged: validation every 10 "
-                        "updates, patience 20, cap 40)")
+                   help="minutes: the main job's --quick (3000 pairs, 60 test, 20 updates, 1k vocabulary, beam 2; "
+                        "converged: validation every 5 updates, patience 10, cap 20)")
     args = p.parse_args(argv)
     if args.workdir is None:
         args.workdir = Path("runs/converged" if args.table == "converged" else "runs/table1")
@@ -220,10 +222,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.warm_updates < 1 or args.max_update < 1 or args.ramp_updates < 0:
         p.error("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
     if args.quick:
-        args.vocab_size, args.max_update, args.warm_updates, args.warmup = 1000, 30, 20, 10
-        args.ramp_updates = min(args.ramp_updates, 10)
-        args.max_tokens = min(args.max_tokens, 2048)
-        args.validate_interval_updates, args.patience_updates, args.update_cap = 10, 20, 40
+        apply_quick(args)
     if args.table == "converged":
         try:
             converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
@@ -369,7 +368,7 @@ def main(argv=None) -> int:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
     hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "beam": args.beam,
-          "decode_batch": 32, "log_interval": 10 if args.quick else 50, "save_interval_updates": args.save_interval,
+          "decode_batch": 32, "log_interval": log_interval(args), "save_interval_updates": args.save_interval,
           "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair, "remove_bpe": "sentencepiece"}
     num_test = corpus_mod.count_lines(work / "spm" / "test.de")
     raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]

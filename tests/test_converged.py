@@ -1,0 +1,80 @@
+"""The converged comparison (capsagg-table1 --table converged, --quick): rows trained to the resumable
+stop rule in segments, continued rows from the converged best checkpoint, the published table and curves."""
+
+import json
+
+import pytest
+
+from fairseq_capsagg.pipeline.main_job import QUICK
+from helpers import table1
+
+pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
+
+
+CONVERGED_ROWS = "converged-baseline-s1,continued-baseline"
+
+
+@pytest.fixture(scope="module")
+def quick_converged(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("converged")
+    publish = tmp_path_factory.mktemp("published")
+    result = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
+                    "--publish", str(publish))
+    return workdir, publish, result
+
+
+def test_converged_rows_train_until_the_rule_stops_them_in_resumable_segments(quick_converged):
+    workdir, publish, _ = quick_converged
+    payload = json.loads((publish / "converged-cpu.json").read_text())
+    results = payload["results"]
+    assert set(results) == set(CONVERGED_ROWS.split(","))
+    base = results["converged-baseline-s1"]
+    # --quick: validation every 5 updates, patience 10, cap 20; each segment ends at best + patience
+    interval, patience, cap = QUICK["validate_interval_updates"], QUICK["patience_updates"], QUICK["update_cap"]
+    segments = sorted(int(p.stem.split("-")[1]) for p in (workdir / "logs" / "train-converged-baseline-s1").glob("*.log"))
+    assert segments[0] == 0 and len(segments) >= 2 and all(s % interval == 0 for s in segments)
+    assert base["stopped_at"] in (base["best_update"] + patience, cap)
+    assert base["converged"] == (base["best_update"] + patience <= base["stopped_at"])
+    assert [p["update"] for p in base["curve"]] == list(range(interval, base["stopped_at"] + 1, interval))
+    assert base["best_loss"] == pytest.approx(min(p["loss"] for p in base["curve"]), abs=5e-4)
+    assert base["idle_updates_per_s"] > 0 and base["load_average"] > 0 and base["grad_norm"] > 0
+    averaged = range(max(interval, base["stopped_at"] - 4 * interval), base["stopped_at"] + 1, interval)
+    assert base["average"]["updates"] == list(averaged)
+
+
+def test_continued_rows_start_from_the_converged_best_checkpoint_at_its_learning_rate(quick_converged):
+    workdir, publish, _ = quick_converged
+    results = json.loads((publish / "converged-cpu.json").read_text())["results"]
+    row, base = results["continued-baseline"], results["converged-baseline-s1"]
+    assert row["stopped_at"] == QUICK["warm_updates"]
+    assert row["lr"] == pytest.approx(2e-3 * (QUICK["warmup"] / base["best_update"]) ** 0.5)
+    log = (workdir / "logs" / "train-continued-baseline" / "from-0.log").read_text()
+    assert f"loading pretrained model from {workdir}/checkpoints/converged-baseline-s1/checkpoint_best.pt" in log
+    assert "'lr_scheduler': {'_name': 'fixed', " in log and f"'warmup_updates': {QUICK['warmup']}, " in log
+    assert row["reference"] == "converged-baseline-s1" and 0 <= row["bootstrap_p"] <= 1 and row["delta_params"] == 0
+    assert row["delta_bleu"] == pytest.approx(row["bleu"] - base["bleu"], abs=0.01)
+    assert row["average"]["delta_bleu"] == pytest.approx(row["average"]["bleu"] - base["average"]["bleu"], abs=0.01)
+    assert 0 < row["references"]["sentences"] <= 60 and 0 <= row["references"]["search_error_share"] <= 1
+
+
+def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_converged, tmp_path):
+    workdir, publish, _ = quick_converged
+    table = (publish / "converged-cpu.md").read_text()
+    for pending in ("| converged-dyncomb-s1 | + Dynamic Combination | 1 | pending |",
+                    "| continued-emrouting-encoder | + EM Routing (--decoder-aggregation none) | 1 | pending |",
+                    "| continued-emrouting | + EM Routing | 1 | pending |",
+                    "| converged-baseline-s2 | Transformer | 2 | pending |",
+                    "| converged-mudd-s1 | + MUDD connections | 1 | pending |"):
+        assert pending in table
+    assert "### Compute equivalence" in table and "### Model error or search error" in table
+    assert (publish / "converged-curves.png").stat().st_size > 10_000
+    again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
+                   "--publish", str(tmp_path))
+    assert "[main-job] train continued-baseline ..." not in again.stdout
+    assert (tmp_path / "converged-cpu.md").read_text() == table
+
+
+def test_a_converged_rule_off_the_validation_grid_is_one_clear_line(tmp_path):
+    result = table1("--table", "converged", "--workdir", str(tmp_path / "w"), "--patience-updates", "1234", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: --validate-interval-updates 500, --patience-updates 1234" in result.stderr
