@@ -89,3 +89,12 @@ def test_bad_routing_or_dense_flag_is_one_clear_line(arch, flags, message, tiny_
     assert message in result.stderr
     assert len([line for line in result.stderr.splitlines() if "error" in line]) == 1
     assert not (tmp_path / "checkpoint_last.pt").exists()
+
+
+def test_tensorboard_logdir_writes_event_files(tiny_data_bin, tmp_path):
+    """tensorboardX is installed, so fairseq's --tensorboard-logdir (how NMT users watch training) works."""
+    train(tiny_data_bin, tmp_path / "checkpoints", "transformer_emrouting_small", "--tensorboard-logdir",
+          str(tmp_path / "tensorboard"))
+    events = sorted(p.relative_to(tmp_path / "tensorboard").parts[0]
+                    for p in (tmp_path / "tensorboard").rglob("events.out.tfevents.*"))
+    assert "train" in events and "valid" in events

@@ -32,17 +32,26 @@ def translate_stream(hub, source: BinaryIO, target: TextIO, errors: TextIO, beam
         target.flush()
 
 
-def cli_main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model-dir", required=True)
-    parser.add_argument("--checkpoint", default="checkpoint_best.pt")
+def build_parser() -> argparse.ArgumentParser:
+    """``capsagg-translate``'s flags, each with its help text."""
+    parser = argparse.ArgumentParser(prog="capsagg-translate", description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", required=True, help="the directory that holds the checkpoint")
+    parser.add_argument("--checkpoint", default="checkpoint_best.pt",
+                        help="the checkpoint's file name in --model-dir (default checkpoint_best.pt)")
     parser.add_argument("--data", required=True, help="the data-bin directory with the dictionaries")
     subwords = parser.add_mutually_exclusive_group(required=True)
     subwords.add_argument("--sentencepiece-model", help="the model's sentencepiece model (fairseq's --bpe sentencepiece)")
     subwords.add_argument("--bpe-codes", help="the model's subword-nmt codes (fairseq's --bpe subword_nmt)")
-    parser.add_argument("--beam", type=int, default=4)
+    parser.add_argument("--beam", type=int, default=4, help="beam size (default 4)")
     parser.add_argument("--input", default="-", help="input file (default: standard input)")
+    return parser
+
+
+def cli_main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
+    if args.beam < 1:
+        parser.error(f"--beam: got {args.beam}; it must be an integer >= 1")
 
     from .hub import from_pretrained
 
