@@ -99,7 +99,7 @@ def test_identity_routing_follows_the_top_layer(name):
     corr = torch.corrcoef(torch.stack([out, top, other]))
     # EM routing: the mean of the votes is H^L up to the delta share of the other layers. Dynamic
     # routing with scalar capsules squashes each coordinate on its own (Omega ~ S|S| for small S) and
-    # its agreement favours the largest coordinates, so it only leans towards H^L (see README)
+    # its agreement favours the largest coordinates, so it only leans towards H^L (see docs/design.md)
     assert corr[0, 1] > (0.99 if name == "em-routing" else 0.6)
     assert corr[0, 1] > corr[0, 2] + 0.1
 

@@ -1,7 +1,6 @@
 """Faults a long training run meets: SIGKILL at any moment, checkpoint writes interrupted.
 
-Inputs and faults tried here and in the other suites are listed in the README's
-reliability section.
+Inputs and faults tried here and in the other suites are listed in docs/reliability.md.
 """
 
 import math

@@ -25,7 +25,7 @@ big    Transformer-Big, as ``transformer_vaswani_wmt_en_de_big`` (d=1024, ffn 40
 small  CPU-sized: d=128, ffn 512, 4 heads, 6+6 layers kept (so L is the paper's),
        pre-norm and tied decoder input/output embeddings; at this size post-norm
        with a short warm-up does not leave the uniform distribution within a CPU
-       budget, while pre-norm learns (see README)
+       budget, while pre-norm learns (see docs/design.md)
 =====  ============================================================================
 
 Any flag given on the command line overrides the architecture's value, e.g.

@@ -1,0 +1,75 @@
+"""The README and docs/: the results table reads what the JSON it cites says, the flags table is the
+parser's, and every local link points at a file that exists."""
+
+import json
+import re
+
+import pytest
+
+from fairseq_capsagg.tools.flags import flags_table
+from helpers import ROOT
+
+README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def block(name: str, text: str = None) -> str:
+    text = README.read_text(encoding="utf-8") if text is None else text
+    match = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", text, flags=re.S)
+    assert match, f"README has no {name} block"
+    return match.group(1)
+
+
+def cited_row(source: str):
+    """``file.json`` ``row-name`` (a table's row) or ``file.json`` ``row N`` (the main job's N-th row)."""
+    file, row = re.fullmatch(r"`([\w.-]+\.json)` `([^`]+)`", source.strip()).groups()
+    payload = json.loads((ROOT / "docs" / "results" / file).read_text())
+    numbered = re.fullmatch(r"row (\d+)", row)
+    return payload["rows"][int(numbered.group(1)) - 1] if numbered else payload["results"][row]
+
+
+def number(cell: str):
+    cell = cell.strip().replace("−", "-")
+    return None if cell == "–" else float(cell)
+
+
+def check_results_table(text: str) -> int:
+    """Asserts that every row of the README's results table says what the JSON it cites says;
+    returns the number of rows."""
+    lines = [line for line in block("results", text).splitlines()
+             if line.startswith("| ") and not line.startswith("| protocol")]
+    for line in lines:
+        protocol, system, bleu, delta, p, source = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        row = cited_row(source)
+        assert number(bleu) == pytest.approx(row["bleu"], abs=0.005), (system, protocol)
+        expected_delta = row.get("delta_bleu")
+        assert (number(delta) is None) == (expected_delta is None), (system, protocol)
+        if expected_delta is not None:
+            assert number(delta) == pytest.approx(expected_delta, abs=0.005), (system, protocol)
+            assert number(p) == pytest.approx(row["bootstrap_p"], abs=0.0005), (system, protocol)
+    return len(lines)
+
+
+def test_the_results_table_reads_what_its_json_says():
+    assert check_results_table(README.read_text(encoding="utf-8")) >= 20
+
+
+@pytest.mark.parametrize("old,new", [("| 10.38 | +2.96 | 0.001 |", "| 10.38 | +2.69 | 0.001 |"),
+                                     ("| 9.96 | −0.41 | 0.012 |", "| 9.96 | −0.41 | 0.120 |"),
+                                     ("`scratch-emrouting-s2`", "`scratch-emrouting-s1`")])
+def test_a_number_its_json_does_not_say_is_caught(old, new):
+    text = README.read_text(encoding="utf-8")
+    assert old in text
+    with pytest.raises(AssertionError):
+        check_results_table(text.replace(old, new))
+
+
+def test_the_flags_table_is_the_parsers():
+    assert block("flags") == flags_table()
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_local_links_point_at_files(page):
+    links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
+    missing = [link for link in links if not link.startswith("http") and not (page.parent / link).exists()]
+    assert not missing, missing
