@@ -1,5 +1,5 @@
 # Two entry points for a fresh machine: `make demo` (the main job) and `make test` (the whole suite,
-# as CI runs it); `make test-fast` leaves out the tests marked slow (trainings, processes).
+# as CI runs it); `make test-fast` runs tests/unit only (no training, no other process).
 # Both create .venv when it is absent and install everything into it.
 PYTHON ?= python3
 VENV := .venv
@@ -23,15 +23,15 @@ $(STAMP): setup.py requirements.txt
 	touch $(STAMP)
 
 # The whole suite in two test workers of one thread each (pytest-xdist, a file per worker at a time): on 2
-# cores, processes of two threads each would spin-wait on cores the other worker holds. The fast lane (no
-# training, no processes) is quicker in one worker.
+# cores, processes of two threads each would spin-wait on cores the other worker holds. The fast lane
+# (tests/unit) is quicker in one worker.
 PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadfile
 
 test: setup
 	$(PYTEST) tests
 
 test-fast: setup
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q tests/unit
 
 demo: setup
 	$(PY) examples/main_job.py

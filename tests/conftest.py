@@ -1,17 +1,26 @@
-"""Fixtures and markers of the suite (shared code lives in helpers.py)."""
+"""Fixtures and markers of the suite: shared code lives in support/; every test under integration/
+(trainings, console scripts, other processes) is marked slow, every test under unit/ is not."""
 
 import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE / "support"))
+sys.path.insert(0, str(HERE.parent / "benchmarks"))  # the FLOP model of benchmarks/flops.py
 
 from helpers import TINY_CORPUS, run_tool  # noqa: E402
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: trainings, SIGKILL, DDP and main-job runs (`make test-fast` skips them)")
+    config.addinivalue_line("markers", "slow: tests under tests/integration (`make test-fast` runs tests/unit only)")
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if HERE / "integration" in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

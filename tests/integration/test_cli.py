@@ -7,7 +7,6 @@ import pytest
 from helpers import FAMILIES, TINY_CORPUS, run_tool, train
 from fairseq_capsagg import USER_DIR
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -1,48 +1,26 @@
-"""Any language pair through the main job: the bundled Chinese->English corpus, subword-nmt subwords
-end to end (generate, interactive, hub, capsagg-translate), scoring fit for the target, and one
+"""Any language pair through the main job: the bundled Chinese->English corpus, subword-nmt subwords end to
+end (generate, interactive, hub, capsagg-translate), the quick subwords of every bundled pair, and one
 error line for a corpus or setting that cannot work."""
 
 import json
-import math
 import re
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import BIN, TINY_CORPUS, main_job, table1
 
 from fairseq_capsagg import USER_DIR
 from fairseq_capsagg.pipeline import main_job as main_job_module
 from fairseq_capsagg.pipeline import subwords
-from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
-from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
+from fairseq_capsagg.pipeline.corpus import BUNDLED, unpack_tarball
+from fairseq_capsagg.pipeline.subwords import SubwordModel
 from fairseq_capsagg.tools import evaluation
-from fairseq_capsagg.tools.evaluation import bleu_tokenizer, corpus_scores, signatures
-from helpers import BIN, TINY_CORPUS, main_job, table1
 
 CHINESE = ["打开文件。", "无法创建文件 %s", "保存文档"]
 
 
-def test_scoring_and_subwords_fit_the_script():
-    assert bleu_tokenizer("zh") == "zh" and bleu_tokenizer("en") == bleu_tokenizer("de") == "13a"
-    assert "tok:zh" in signatures("zh")["bleu"] and "tok:13a" in signatures("13a")["bleu"]
-    # the zh tokenizer splits Chinese characters: an unsegmented hypothesis still gets credit
-    assert corpus_scores(["我们打开文件"], ["我们 打开 文件"], "zh")["bleu"] == 100.0
-    assert corpus_scores(["我们打开文件"], ["我们 打开 文件"], "13a")["bleu"] == 0.0
-    assert character_coverage(("zh", "en")) == character_coverage(("en", "zh")) == CJK_CHARACTER_COVERAGE < 1.0
-    assert character_coverage(("en", "de")) == 1.0
-    codes = SubwordModel("subword-nmt", Path("bpe.codes"))
-    assert codes.fairseq_flags() == ["--bpe", "subword_nmt", "--bpe-codes", "bpe.codes"]
-    assert codes.hub_kwargs() == {"bpe": "subword_nmt", "bpe_codes": "bpe.codes"}
-
-
-def test_bundled_chinese_english_corpus_is_checked_and_lines_up(tmp_path):
-    bundled = BUNDLED[("zh", "en")]
-    corpus = unpack_tarball(bundled.tarball, tmp_path, bundled.sha256)
-    assert check_corpus_dir(corpus, ("zh", "en")) == {"train": 99755, "valid": 993, "test": 2000}
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("flags, message", [
     (["--corpus", str(TINY_CORPUS), "--source-lang", "zh", "--target-lang", "en"],
      r"corpus .* is unusable: .*train\.zh is missing.*its training files are in de, en \(--source-lang/--target-lang are zh/en\)"),
@@ -61,7 +39,6 @@ def test_bad_pair_or_subwords_is_one_error_line(flags, message, tmp_path):
     assert not (tmp_path / "work" / "corpus").exists() and not (tmp_path / "work" / "config.json").exists()
 
 
-@pytest.mark.slow
 def test_mismatched_line_counts_in_another_pair(tmp_path):
     corpus = tmp_path / "corpus"
     corpus.mkdir()
@@ -85,7 +62,6 @@ def chinese_quick_run(tmp_path_factory):
     return workdir
 
 
-@pytest.mark.slow
 def test_chinese_english_quick_run_with_subword_nmt(chinese_quick_run):
     workdir = chinese_quick_run
     results = json.loads((workdir / "results.json").read_text())
@@ -102,7 +78,6 @@ def test_chinese_english_quick_run_with_subword_nmt(chinese_quick_run):
     assert not any("@@" in line for line in hypotheses)  # --remove-bpe subword_nmt
 
 
-@pytest.mark.slow
 def test_subword_nmt_model_in_interactive_hub_and_translate(chinese_quick_run):
     workdir = chinese_quick_run
     checkpoint = workdir / "checkpoints" / "emrouting" / "checkpoint_last.pt"
@@ -133,17 +108,6 @@ def test_subword_nmt_model_in_interactive_hub_and_translate(chinese_quick_run):
     assert translated.stdout.split("\n")[:3] == out
 
 
-def test_bleu_details_split_bleu_into_precisions_and_brevity():
-    references = ["the cat sat on the mat today", "a dog barked twice at night"]
-    exact = evaluation.bleu_details(references, references)
-    assert exact == {"precisions": [100.0] * 4, "brevity_penalty": 1.0, "length_ratio": 1.0}
-    short = evaluation.bleu_details(["the cat sat on the mat", "a dog barked twice"], references)
-    assert short["length_ratio"] == round(10 / 13, 4)
-    assert short["brevity_penalty"] == round(math.exp(1 - 13 / 10), 4)
-    assert short["precisions"][0] == 100.0
-
-
-@pytest.mark.slow
 @pytest.mark.parametrize("pair,method", [(("zh", "en"), "sentencepiece"), (("en", "de"), "subword-nmt")])
 def test_quick_subwords_and_binarisation_fit_every_bundled_pair(pair, method, tmp_path):
     """The pair and subword combinations the quick main-job runs do not cover: a Chinese side has more
@@ -172,7 +136,6 @@ def small_chinese_corpus(directory: Path, lines: int = 300) -> Path:
     return small
 
 
-@pytest.mark.slow
 def test_a_vocabulary_below_the_corpus_characters_is_one_error_line_naming_the_smallest(tmp_path):
     corpus = small_chinese_corpus(tmp_path)
     result = main_job("--source-lang", "zh", "--target-lang", "en", "--corpus", str(corpus), "--vocab-size", "100",
@@ -189,7 +152,6 @@ def test_a_vocabulary_below_the_corpus_characters_is_one_error_line_naming_the_s
         subwords.learn(model, corpus, ("zh", "en"), smallest - 1)
 
 
-@pytest.mark.slow
 def test_table1_names_the_smallest_vocabulary_in_one_error_line(tmp_path):
     result = table1("--vocab-size", "50", "--workdir", str(tmp_path / "w"), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr

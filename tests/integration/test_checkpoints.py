@@ -13,7 +13,6 @@ from fairseq_capsagg.aggregators import family_class
 from fairseq_capsagg.patches.safe_checkpoints import UnsafeCheckpointError, check_checkpoint
 from helpers import FAMILIES, TINY, build_tiny_model, run_tool, train
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 VANILLA_TINY = [f for f in TINY if f not in ("--output-capsules", "8")]
 

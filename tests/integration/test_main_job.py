@@ -9,7 +9,6 @@ from fairseq_capsagg.pipeline import corpus as corpus_mod
 from fairseq_capsagg.pipeline.main_job import QUICK
 from helpers import TINY_CORPUS, main_job
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory):

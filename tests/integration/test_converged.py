@@ -8,7 +8,6 @@ import pytest
 from fairseq_capsagg.pipeline.main_job import QUICK
 from helpers import table1
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 
 CONVERGED_ROWS = "converged-baseline-s1,continued-baseline"

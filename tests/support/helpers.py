@@ -15,7 +15,8 @@ from fairseq_capsagg import USER_DIR
 from fairseq_capsagg.aggregators import families
 from fairseq_capsagg.models import CapsAggTransformerModel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = Path(__file__).resolve().parent
 TINY_CORPUS = ROOT / "examples" / "data" / "tiny-ende"
 BIN = Path(sys.executable).parent
 MAIN_JOB = ROOT / "examples" / "main_job.py"

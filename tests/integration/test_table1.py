@@ -9,7 +9,6 @@ from fairseq_capsagg.pipeline.main_job import QUICK
 from fairseq_capsagg.tools.evaluation import read_generate_output
 from helpers import table1
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 ROWS = "scratch-baseline-s1,warm-baseline,warm-emrouting"
 LENPEN = ("--lenpen-grid", "2,1")  # two values keep the quick table quick

@@ -15,9 +15,8 @@ from fairseq import checkpoint_utils
 from helpers import run_tool
 from fairseq_capsagg import USER_DIR
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
-LEGACY = Path(__file__).parent / "data" / "legacy"
+LEGACY = Path(__file__).parents[1] / "data" / "legacy"
 NAMES = ("emrouting", "dyncomb")
 #: The fixtures were written on one CPU; another CPU's BLAS kernels sum the same fp32 products in
 #: another order, which moves logits and scores in the 6th-7th significant digit (3e-6 seen between

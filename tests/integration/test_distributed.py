@@ -1,22 +1,18 @@
 """Multi-process training: fairseq's distributed path and torch DDP with no unused parameters."""
 
-import pytest
 import json
 import os
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import torch.multiprocessing as mp
 
 import ddp_worker
 from fairseq_capsagg import USER_DIR
-from helpers import TINY
+from helpers import SUPPORT, TINY
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
-HERE = Path(__file__).parent
 
 
 def free_port() -> int:
@@ -33,8 +29,8 @@ def test_two_hand_launched_fairseq_ranks_stay_identical(tiny_data_bin, tmp_path)
               "--num-workers", "0", "--seed", "3", "--distributed-world-size", "2", "--distributed-no-spawn",
               "--distributed-init-method", f"tcp://127.0.0.1:{port}", "--distributed-backend", "gloo",
               "--ddp-backend", "legacy_ddp"]
-    env = dict(os.environ, PYTHONPATH=str(HERE), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen([sys.executable, str(HERE / "ddp_rank.py"), str(tmp_path / f"rank{r}.json"),
+    env = dict(os.environ, PYTHONPATH=str(SUPPORT), OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    procs = [subprocess.Popen([sys.executable, str(SUPPORT / "ddp_rank.py"), str(tmp_path / f"rank{r}.json"),
                                *common, "--distributed-rank", str(r)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
     outputs = [p.communicate(timeout=300)[0] for p in procs]

@@ -3,11 +3,9 @@
 import subprocess
 import sys
 
-import pytest
 
 from helpers import ROOT, TINY_CORPUS
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 SCRIPT = ROOT / "examples" / "wmt" / "prepare_wmt.py"
 

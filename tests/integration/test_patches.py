@@ -13,7 +13,6 @@ import pytest
 from fairseq_capsagg import USER_DIR
 from helpers import BIN, TINY, TINY_CORPUS, run_tool, tool_threads
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 PACKAGE = Path(USER_DIR)
 VANILLA_TINY = [f for f in TINY if f not in ("--output-capsules", "8")]

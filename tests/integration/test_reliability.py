@@ -10,16 +10,14 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
 
 from fairseq_capsagg import USER_DIR
 from fairseq_capsagg.patches.durable_checkpoints import atomic_copy
-from helpers import BIN, TINY
+from helpers import BIN, SUPPORT, TINY
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, "--task", "translation",
         "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--max-update", "14",
@@ -27,7 +25,6 @@ ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, 
         "--num-workers", "0", "--seed", "2", "--log-format", "simple", "--log-interval", "1"]
 
 
-HERE = Path(__file__).parent
 
 
 def start(data, save_dir, stall=None, marker=None):
@@ -36,7 +33,7 @@ def start(data, save_dir, stall=None, marker=None):
     command = [str(BIN / "fairseq-train")]
     if stall:
         env.update(STALL_PHASE=stall[0], STALL_AT=str(stall[1]), STALL_MARKER=str(marker))
-        command = [sys.executable, str(HERE / "stalled_io_train.py")]
+        command = [sys.executable, str(SUPPORT / "stalled_io_train.py")]
     return subprocess.Popen([*command, str(data), *ARGS, "--save-dir", str(save_dir)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 

@@ -14,7 +14,6 @@ import pytest
 from fairseq_capsagg.pipeline.subwords import encode_corpus, learn, subword_model
 from helpers import ROOT, TINY_CORPUS, run_tool, train
 
-pytestmark = pytest.mark.slow  # trains, runs console scripts or launches processes
 
 
 @pytest.fixture(scope="module")
