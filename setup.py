@@ -18,7 +18,7 @@ setup(
     entry_points={"console_scripts": [
         "capsagg-params=fairseq_capsagg.tools.param_count:cli_main",
         "capsagg-translate=fairseq_capsagg.tools.translate:cli_main",
-        "capsagg-health=fairseq_capsagg.tools.health:cli_main",
+        "capsagg-health=fairseq_capsagg.analysis.health:cli_main",
         "capsagg-main-job=fairseq_capsagg.pipeline.main_job:main",
         "capsagg-table1=fairseq_capsagg.pipeline.table1:main",
     ]},

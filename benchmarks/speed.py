@@ -35,14 +35,9 @@ SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
 
 def measure(args) -> dict:
     """Runs inside the child process: times one (shape, system)."""
-    from types import SimpleNamespace
-
-    from fairseq import options
-    from fairseq.data import Dictionary
     from fairseq.sequence_generator import SequenceGenerator
 
-    from fairseq_capsagg import USER_DIR
-    from fairseq_capsagg.models import CapsAggTransformerModel
+    from fairseq_capsagg.models.build import build_model, joined_dictionary, model_args
 
     torch.manual_seed(0)
     device = torch.device(args.device)
@@ -51,14 +46,9 @@ def measure(args) -> dict:
     family = "linagg" if args.system == "baseline" else args.system  # each family's own placement
     vanilla = ["--encoder-aggregation", "none", "--decoder-aggregation", "none"] if args.system == "baseline" else []
     flags = [*vanilla, "--capsule-rank", str(args.capsule_rank), *args.model_args.split()]
-    parsed = options.parse_args_and_arch(options.get_training_parser(), [
-        "x", "--task", "translation", "--user-dir", USER_DIR, "--arch", f"transformer_{family}_{args.shape}",
-        "--share-all-embeddings", "--dropout", "0.1", *flags])
-    dictionary = Dictionary()
-    for i in range(args.vocab - len(dictionary)):
-        dictionary.add_symbol(f"w{i}")
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    model = CapsAggTransformerModel.build_model(parsed, task).to(device)
+    parsed = model_args(f"transformer_{family}_{args.shape}", ["--share-all-embeddings", "--dropout", "0.1", *flags])
+    dictionary = joined_dictionary(args.vocab)
+    model = build_model(parsed, dictionary).to(device)
     params = sum(p.numel() for p in model.parameters())
 
     g = torch.Generator().manual_seed(1)

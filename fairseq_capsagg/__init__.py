@@ -9,9 +9,14 @@ Machine Translation with Routing-by-Agreement".
   the stacks' output and dense connections between blocks, and its
   ``transformer_{family}_{base,big,small}`` architectures.
 * :mod:`fairseq_capsagg.patches`: the plugin's changes to fairseq's behaviour.
-* :mod:`fairseq_capsagg.tools`: hub, translation, parameter counts, health report,
-  warm-start loss, evaluation; :mod:`fairseq_capsagg.analysis`: the paper's analyses;
-  :mod:`fairseq_capsagg.pipeline`: the main job.
+* :mod:`fairseq_capsagg.tools`: hub, translation, parameter counts, warm-start loss, the flags table.
+* :mod:`fairseq_capsagg.analysis`: scoring and significance, the paper's analyses, the health report.
+* :mod:`fairseq_capsagg.pipeline`: the experiment drivers (the main job, Table 1 and its peers and
+  converged comparisons).
+* :mod:`fairseq_capsagg.input_repair`: how a bad input line is repaired (used by the tools and the
+  ``fairseq-interactive`` guard).
+
+Each room imports only from those above it in this list (tested); ``input_repair`` from none.
 
 Importing the package (or passing ``--user-dir`` to a fairseq tool) registers the model and
 its architectures and installs the patches, when fairseq is installed; without fairseq,

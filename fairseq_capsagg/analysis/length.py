@@ -7,7 +7,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
-from ..tools.evaluation import align_hypotheses, read_generate_output, read_lines
+from ..analysis.scoring import align_hypotheses, read_generate_output, read_lines
 from .plotting import plot_series
 
 

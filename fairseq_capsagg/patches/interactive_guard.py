@@ -28,7 +28,7 @@ import sys
 from types import ModuleType
 from typing import BinaryIO, Callable, Iterator, List, Optional
 
-from .input_repair import read_batches, repair_line, truncate_tokens
+from ..input_repair import read_batches, repair_line, truncate_tokens
 
 logger = logging.getLogger("fairseq_capsagg.interactive")
 

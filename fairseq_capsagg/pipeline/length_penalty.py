@@ -9,7 +9,7 @@ split, for every system on its own, separates the two before the test split is r
 from pathlib import Path
 from typing import Dict, Sequence
 
-from ..tools import evaluation
+from ..analysis import scoring
 from . import fairseq_runs
 
 #: fairseq-generate's own ``--lenpen`` default; ties on the validation split go to the value nearest it.
@@ -39,7 +39,7 @@ def tune(data_bin: Path, checkpoint: Path, grid: Sequence[float], hparams: Dict[
         stem = f"{name}.valid.lenpen{key(lenpen)}"
         hyp_file, log = out_dir / f"{stem}.txt", out_dir / f"{stem}.log"
         fairseq_runs.generate(data_bin, checkpoint, hyp_file, log, dict(hparams, lenpen=lenpen), subset="valid")
-        hyps, _ = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), len(references))
-        valid_bleu[lenpen] = evaluation.corpus_scores(hyps, references)["bleu"]
+        hyps, _ = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), len(references))
+        valid_bleu[lenpen] = scoring.corpus_scores(hyps, references)["bleu"]
     return {"lenpen": best_length_penalty(valid_bleu),
             "valid_bleu": {key(lenpen): bleu for lenpen, bleu in valid_bleu.items()}}

@@ -27,7 +27,7 @@ from typing import Dict, List
 
 from sacrebleu.metrics import BLEU
 
-from ..tools import evaluation
+from ..analysis import scoring
 from . import corpus as corpus_mod
 from . import fairseq_runs, report, subwords
 
@@ -97,7 +97,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error(f"--source-lang and --target-lang are both {args.source_lang!r}")
     if args.bpe_merges is not None and (args.subwords != "subword-nmt" or args.bpe_merges < 1):
         p.error(f"--bpe-merges {args.bpe_merges}: a positive number of merges, with --subwords subword-nmt")
-    args.sacrebleu_tokenize = args.sacrebleu_tokenize or evaluation.bleu_tokenizer(args.target_lang)
+    args.sacrebleu_tokenize = args.sacrebleu_tokenize or scoring.bleu_tokenizer(args.target_lang)
     args.systems = [s.strip() for s in args.systems.split(",") if s.strip()]
     bad = [s for s in args.systems if s not in fairseq_runs.systems()]
     if bad or not args.systems:
@@ -332,7 +332,7 @@ def main(argv=None) -> int:
 
     encoded = subword.path.parent
     num_test = corpus_mod.count_lines(encoded / f"test.{args.target_lang}")
-    raw_refs = evaluation.read_lines(corpus_dir / f"test.{args.target_lang}")[:num_test]
+    raw_refs = scoring.read_lines(corpus_dir / f"test.{args.target_lang}")[:num_test]
     tokenize = args.sacrebleu_tokenize
     for name, row in results.items():
         hyp_file = work / "translations" / f"{name}.txt"
@@ -341,29 +341,29 @@ def main(argv=None) -> int:
         def translate(row=row, hyp_file=hyp_file, name=name):
             speed = fairseq_runs.generate(data_bin, Path(row["checkpoint"]), hyp_file,
                                           work / "logs" / f"generate-{name}.log", hp)
-            hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
+            hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
             return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                    **evaluation.corpus_scores(hyps, raw_refs, tokenize),
+                    **scoring.corpus_scores(hyps, raw_refs, tokenize),
                     "params": report.count_checkpoint_parameters(Path(row["checkpoint"]))}
 
         row.update(stages.run(f"translate and score {name}", translate, hyp_file))
 
     print("[main-job] significance ...", flush=True)
-    hyps = {name: evaluation.align_hypotheses(
-        evaluation.read_generate_output(work / "translations" / f"{name}.txt"), num_test)[0] for name in results}
+    hyps = {name: scoring.align_hypotheses(
+        scoring.read_generate_output(work / "translations" / f"{name}.txt"), num_test)[0] for name in results}
     names = list(results)
-    boot = evaluation.paired_bootstrap(hyps[names[0]], {n: hyps[n] for n in names[1:]}, raw_refs, tokenize=tokenize)
+    boot = scoring.paired_bootstrap(hyps[names[0]], {n: hyps[n] for n in names[1:]}, raw_refs, tokenize=tokenize)
     rows: List[Dict[str, object]] = []
     for name in names:
         row = dict(results[name])
         if name != names[0]:
-            sign = evaluation.sign_test(hyps[names[0]], hyps[name], raw_refs, tokenize)
+            sign = scoring.sign_test(hyps[names[0]], hyps[name], raw_refs, tokenize)
             row.update(delta_bleu=round(row["bleu"] - results[names[0]]["bleu"], 2), bootstrap_p=boot[name],
                        sign_p=sign["p_value"], sign_better=sign["better"], sign_worse=sign["worse"])
         rows.append(row)
     device = "GPU" if args.gpu else "CPU"
     corpus_name = f"the bundled {tarball.tarball.name.split('-v')[0]} corpus" if args.corpus is None else args.corpus
-    signature = evaluation.signatures(tokenize)
+    signature = scoring.signatures(tokenize)
     caption = (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"
                f" ({num_test} sentences{', --quick subset' if args.quick else ''}); {args.subwords} subwords; "
                f"shape {args.shape}; {args.max_update} updates of <= {args.max_tokens} tokens; {device}; "

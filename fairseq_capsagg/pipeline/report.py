@@ -6,7 +6,7 @@ from typing import Dict, List, Optional
 
 import torch
 
-from ..tools.evaluation import significance_mark
+from ..analysis.scoring import significance_mark
 
 
 def count_checkpoint_parameters(checkpoint: Path) -> int:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
-from ..tools import evaluation
-from ..tools.evaluation import significance_mark
+from ..analysis import scoring
+from ..analysis.scoring import significance_mark
 from . import fairseq_runs, length_penalty, report
 from .main_job import Stages
 
@@ -29,16 +29,16 @@ def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Ca
             num_test) -> None:
     """Adds BLEU's brevity penalty and length ratio to every row, and delta BLEU, paired bootstrap p
     and the sign test against each row's reference (hypotheses of row ``name`` in ``hyp_file(name)``)."""
-    hyps = {name: evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file(name)), num_test)[0]
+    hyps = {name: scoring.align_hypotheses(scoring.read_generate_output(hyp_file(name)), num_test)[0]
             for name in results}
     for name, res in results.items():
-        res.update(evaluation.bleu_details(hyps[name], raw_refs))
+        res.update(scoring.bleu_details(hyps[name], raw_refs))
     for row in rows:
         if row.name not in results or row.reference not in results or row.name == row.reference:
             continue
         ref, res = results[row.reference], results[row.name]
-        boot = evaluation.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
-        sign = evaluation.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
+        boot = scoring.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
+        sign = scoring.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
         res.update(delta_bleu=round(res["bleu"] - ref["bleu"], 2), bootstrap_p=boot, sign_p=sign["p_value"],
                    sign_better=sign["better"], sign_worse=sign["worse"])
         if "params" in res:
@@ -66,9 +66,9 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
 
     def translate():
         speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{name}.log", hp)
-        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
+        hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
         return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                **evaluation.corpus_scores(hyps, raw_refs), "params": report.count_checkpoint_parameters(checkpoint)}
+                **scoring.corpus_scores(hyps, raw_refs), "params": report.count_checkpoint_parameters(checkpoint)}
 
     stage = f"translate and score {row.name}" + (f" ({variant.lstrip('.')})" if variant else "")
     return stages.run(stage, translate, hyp_file)
@@ -85,8 +85,8 @@ def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages,
                                     row.name, valid_refs)
         fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.lenpen.log",
                               dict(hp, lenpen=tuned["lenpen"]))
-        hyps, missing = evaluation.align_hypotheses(evaluation.read_generate_output(hyp_file), num_test)
-        return {**tuned, "untranslated_ids": missing, **evaluation.corpus_scores(hyps, raw_refs)}
+        hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
+        return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, raw_refs)}
 
     grid = ",".join(map(length_penalty.key, args.lenpen_grid))
     return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)

@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional
 
 import sentencepiece as spm
 
-from ..tools.evaluation import read_lines
+from ..analysis.scoring import read_lines
 from .corpus import SPLITS, Pair
 
 SUBWORD_METHODS = ("sentencepiece", "subword-nmt")

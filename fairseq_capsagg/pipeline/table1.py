@@ -41,7 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..tools import evaluation
+from ..analysis import scoring
 from . import corpus as corpus_mod
 from . import converged, fairseq_runs, length_penalty, report
 from .rows import Row, compare, score_cells, score_row, tune_row
@@ -371,8 +371,8 @@ def main(argv=None) -> int:
           "decode_batch": 32, "log_interval": log_interval(args), "save_interval_updates": args.save_interval,
           "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair, "remove_bpe": "sentencepiece"}
     num_test = corpus_mod.count_lines(work / "spm" / "test.de")
-    raw_refs = evaluation.read_lines(corpus_dir / "test.de")[:num_test]
-    valid_refs = evaluation.read_lines(corpus_dir / "valid.de")[:corpus_mod.count_lines(work / "spm" / "valid.de")]
+    raw_refs = scoring.read_lines(corpus_dir / "test.de")[:num_test]
+    valid_refs = scoring.read_lines(corpus_dir / "valid.de")[:corpus_mod.count_lines(work / "spm" / "valid.de")]
 
     rows = rows_of(args)
     device = "GPU" if args.gpu else "CPU"

@@ -9,7 +9,7 @@ from fairseq.hub_utils import GeneratorHubInterface
 from torch import Tensor
 
 from .. import USER_DIR
-from ..patches.input_repair import EMPTY, repair_line, truncate_tokens
+from ..input_repair import EMPTY, repair_line, truncate_tokens
 from ..patches.safe_checkpoints import check_checkpoint
 
 logger = logging.getLogger(__name__)

@@ -5,16 +5,13 @@ are built on torch's ``meta`` device, so even the big shape costs no memory.
 """
 
 import argparse
-from types import SimpleNamespace
 from typing import Dict, List, Optional
 
 import torch
-from fairseq import options
-from fairseq.data import Dictionary
 
-from .. import USER_DIR
 from ..aggregators import families
-from ..models import SHAPES, CapsAggTransformerModel
+from ..models import SHAPES
+from ..models.build import build_model, joined_dictionary, model_args
 
 #: Added parameters reported by Dou et al. (2019), Table 1 (Transformer-Base, WMT14 En-De).
 PAPER_TABLE1_DELTA_M = {"linagg": 14.7, "dyncomb": 25.2, "dynrouting": 37.8, "emrouting": 56.8}
@@ -39,16 +36,8 @@ Why the added parameters differ from the paper's:
 
 def count_parameters(arch: str, vocab_size: int, extra: Optional[List[str]] = None) -> int:
     """Parameters of ``arch`` built with a joined dictionary of ``vocab_size`` symbols."""
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(
-        parser, ["unused", "--task", "translation", "--user-dir", USER_DIR, "--arch", arch,
-                 *(extra or [])])
-    dictionary = Dictionary()
-    for i in range(vocab_size - len(dictionary)):
-        dictionary.add_symbol(f"w{i}")
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
     with torch.device("meta"):
-        model = CapsAggTransformerModel.build_model(args, task)
+        model = build_model(model_args(arch, extra or []), joined_dictionary(vocab_size))
     return sum(p.numel() for p in model.parameters())
 
 

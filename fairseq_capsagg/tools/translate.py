@@ -17,7 +17,7 @@ import argparse
 import sys
 from typing import BinaryIO, List, Optional, TextIO
 
-from ..patches.input_repair import read_batches
+from ..input_repair import read_batches
 
 
 def translate_stream(hub, source: BinaryIO, target: TextIO, errors: TextIO, beam: int, batch_size: int = 16) -> None:

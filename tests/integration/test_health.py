@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from fairseq_capsagg.tools.health import cli_main, health_report
+from fairseq_capsagg.analysis.health import cli_main, health_report
 from helpers import FAMILIES
 
 
@@ -66,7 +66,7 @@ def test_routing_reports_how_uniform_its_last_agreement_is(report, family, shape
 def test_health_report_leaves_no_agreement_captured(tiny_data_bin):
     from fairseq_capsagg.analysis.agreement import routing_modules
     from fairseq_capsagg.models import CapsAggTransformerModel
-    from fairseq_capsagg.tools import health
+    from fairseq_capsagg.analysis import health
 
     built = []
     original = CapsAggTransformerModel.build_model.__func__

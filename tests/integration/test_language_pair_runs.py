@@ -16,7 +16,7 @@ from fairseq_capsagg.pipeline import main_job as main_job_module
 from fairseq_capsagg.pipeline import subwords
 from fairseq_capsagg.pipeline.corpus import BUNDLED, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import SubwordModel
-from fairseq_capsagg.tools import evaluation
+from fairseq_capsagg.analysis import scoring
 
 CHINESE = ["打开文件。", "无法创建文件 %s", "保存文档"]
 
@@ -132,7 +132,7 @@ def small_chinese_corpus(directory: Path, lines: int = 300) -> Path:
     for split in ("train", "valid", "test"):
         for lang in ("zh", "en"):
             (small / f"{split}.{lang}").write_text(
-                "\n".join(evaluation.read_lines(full / f"{split}.{lang}")[:lines]) + "\n", encoding="utf-8")
+                "\n".join(scoring.read_lines(full / f"{split}.{lang}")[:lines]) + "\n", encoding="utf-8")
     return small
 
 

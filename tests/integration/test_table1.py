@@ -6,7 +6,7 @@ import json
 import pytest
 
 from fairseq_capsagg.pipeline.main_job import QUICK
-from fairseq_capsagg.tools.evaluation import read_generate_output
+from fairseq_capsagg.analysis.scoring import read_generate_output
 from helpers import table1
 
 

@@ -4,16 +4,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import List, Sequence
 
 import torch
-from fairseq import options
 from fairseq.data import Dictionary
 
 from fairseq_capsagg import USER_DIR
 from fairseq_capsagg.aggregators import families
-from fairseq_capsagg.models import CapsAggTransformerModel
+from fairseq_capsagg.models.build import build_model, joined_dictionary, model_args
 
 ROOT = Path(__file__).resolve().parents[2]
 SUPPORT = Path(__file__).resolve().parent
@@ -90,28 +88,19 @@ TINY_SHAPE = [
 
 
 def tiny_dictionary(size: int = 20) -> Dictionary:
-    dictionary = Dictionary()
-    for i in range(size):
-        dictionary.add_symbol(f"w{i}")
-    return dictionary
+    """A dictionary of fairseq's special symbols and ``size`` words."""
+    return joined_dictionary(size + len(Dictionary()))
 
 
 def parse_model_args(arch: str, extra: Sequence[str] = ()):
-    parser = options.get_training_parser()
-    return options.parse_args_and_arch(
-        parser, ["unused-data", "--task", "translation", "--user-dir", USER_DIR, "--arch", arch,
-                 *TINY_SHAPE, *extra],
-    )
+    return model_args(arch, [*TINY_SHAPE, *extra], data="unused-data")
 
 
 def build_tiny_model(arch: str, extra: Sequence[str] = (), seed: int = 0, dictionary: Dictionary = None):
     """Returns (model, dictionary) for ``arch`` at a tiny shape, in eval mode."""
     torch.manual_seed(seed)
-    args = parse_model_args(arch, extra)
     dictionary = dictionary or tiny_dictionary()
-    task = SimpleNamespace(source_dictionary=dictionary, target_dictionary=dictionary)
-    model = CapsAggTransformerModel.build_model(args, task)
-    return model.eval(), dictionary
+    return build_model(parse_model_args(arch, extra), dictionary).eval(), dictionary
 
 
 def random_tokens(dictionary: Dictionary, lengths: List[int], seed: int = 0, bos: bool = False):

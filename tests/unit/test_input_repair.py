@@ -2,7 +2,7 @@
 
 import pytest
 
-from fairseq_capsagg.patches.input_repair import CONTROL_CHARACTERS, EMPTY_FIELDS, INVALID_UTF8, decode_line, repair_line
+from fairseq_capsagg.input_repair import CONTROL_CHARACTERS, EMPTY_FIELDS, INVALID_UTF8, decode_line, repair_line
 
 
 @pytest.mark.parametrize("raw, text, notes", [

@@ -6,8 +6,8 @@ import math
 from pathlib import Path
 from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
-from fairseq_capsagg.tools import evaluation
-from fairseq_capsagg.tools.evaluation import bleu_tokenizer, corpus_scores, signatures
+from fairseq_capsagg.analysis import scoring
+from fairseq_capsagg.analysis.scoring import bleu_tokenizer, corpus_scores, signatures
 
 
 
@@ -33,9 +33,9 @@ def test_bundled_chinese_english_corpus_is_checked_and_lines_up(tmp_path):
 
 def test_bleu_details_split_bleu_into_precisions_and_brevity():
     references = ["the cat sat on the mat today", "a dog barked twice at night"]
-    exact = evaluation.bleu_details(references, references)
+    exact = scoring.bleu_details(references, references)
     assert exact == {"precisions": [100.0] * 4, "brevity_penalty": 1.0, "length_ratio": 1.0}
-    short = evaluation.bleu_details(["the cat sat on the mat", "a dog barked twice"], references)
+    short = scoring.bleu_details(["the cat sat on the mat", "a dog barked twice"], references)
     assert short["length_ratio"] == round(10 / 13, 4)
     assert short["brevity_penalty"] == round(math.exp(1 - 13 / 10), 4)
     assert short["precisions"][0] == 100.0

@@ -29,23 +29,21 @@ import math
 from typing import Dict, Iterable, List, Optional, Sequence
 
 import torch
-from fairseq import options, tasks
+from fairseq import tasks
 
-from .. import USER_DIR
 from ..aggregators import families
-from ..analysis.agreement import AgreementAccumulator, routing_modules
+from .agreement import AgreementAccumulator, routing_modules
 from ..models import SHAPES, CapsAggTransformerModel
 from ..models.aggregating_stack import AGGREGATION_MODULES
+from ..models.build import model_args
 
 
 
 def parse_model_args(arch: str, data: str, extra: Sequence[str] = (), vanilla: bool = False) -> argparse.Namespace:
     """The training arguments of ``arch``; with ``vanilla``, of the same shape with both sides
     unaggregated (and so without a ramp or per-layer norms)."""
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        data, "--task", "translation", "--user-dir", USER_DIR, "--arch", arch,
-        "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", *extra])
+    args = model_args(arch, ["--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1", *extra],
+                      data=data)
     if vanilla:
         args.encoder_aggregation = args.decoder_aggregation = "none"
         args.encoder_dense_connections = args.decoder_dense_connections = "none"

@@ -1,0 +1,61 @@
+"""The package's rooms: each imports only from the rooms before it (docs in fairseq_capsagg/__init__.py
+and the README's layout table), so a library never reaches up into a command that uses it."""
+
+import ast
+from pathlib import Path
+from typing import List, Tuple
+
+import pytest
+
+import fairseq_capsagg
+
+PACKAGE = Path(fairseq_capsagg.__file__).parent
+#: The rooms in the order they may import each other: a room imports only from rooms before it.
+ROOMS = ["aggregators", "models", "patches", "tools", "analysis", "pipeline"]
+#: Top-level modules that every room may use and that import no room themselves.
+LEAVES = ["input_repair"]
+
+
+def imported_modules(path: Path) -> List[Tuple[int, str]]:
+    """(line, absolute module) of every import of the plugin's own modules in ``path``."""
+    package = ["fairseq_capsagg", *path.relative_to(PACKAGE).parent.parts]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            names = [module] if node.module else [f"{module}.{alias.name}" for alias in node.names]
+            found += [(node.lineno, name) for name in names]
+        elif isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+    return [(line, name) for line, name in found if name.split(".")[0] == "fairseq_capsagg"]
+
+
+def room_of(module: str) -> str:
+    """The room (or leaf) of a module; "" for the package itself and what it defines (``USER_DIR``)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS + LEAVES else ""
+
+
+def modules() -> List[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p != PACKAGE / "__init__.py")
+
+
+@pytest.mark.parametrize("path", modules(), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_no_module_imports_a_room_after_its_own(path):
+    own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+    assert own in ROOMS or own in LEAVES, f"{own} is neither a room nor a leaf"
+    allowed = {"", *LEAVES} | set(ROOMS[:ROOMS.index(own) + 1] if own in ROOMS else [])
+    upward = [(line, module) for line, module in imported_modules(path) if room_of(module) not in allowed]
+    assert not upward, f"{path.relative_to(PACKAGE)} imports from a later room: {upward}"
+
+
+def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
+    tool = PACKAGE / "tools" / "hub.py"
+    assert ("fairseq_capsagg.input_repair" in {m for _, m in imported_modules(tool)})
+    fake = tmp_path / "fairseq_capsagg" / "tools" / "x.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("from ..analysis import scoring\nfrom . import hub\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "fairseq_capsagg")
+    with pytest.raises(AssertionError, match="imports from a later room"):
+        test_no_module_imports_a_room_after_its_own(fake)
