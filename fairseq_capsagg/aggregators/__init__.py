@@ -21,8 +21,10 @@ from .registry import (
     families,
     family_class,
     register_aggregator,
+    make_aggregator,
+    make_dense_connections,
     settings_classes,
-    validate_settings,
+    validated_settings,
 )
 from .settings import AggregationConfigError, Settings, setting
 
@@ -65,10 +67,12 @@ __all__ = [
     "dense_connection_class",
     "families",
     "family_class",
+    "make_aggregator",
+    "make_dense_connections",
     "register_aggregator",
     "setting",
     "settings_classes",
     "squash",
-    "validate_settings",
+    "validated_settings",
     "xavier_uniform_per_matrix_",
 ]

@@ -51,6 +51,9 @@ class LayerAggregator(nn.Module):
     #: :meth:`aggregate` reads the layers stacked depth first, (L, T, B, C): a weighted sum over
     #: depth is then one contiguous reduction (about 2.5x faster on CPU than over (T, B, L, C)).
     depth_first: ClassVar[bool] = False
+    #: Between blocks, it feeds the next block's self-attention query, key and value separately
+    #: (:attr:`streams` > 1), so that block must attend to itself.
+    multiway: ClassVar[bool] = False
 
     def __init__(self, embed_dim: int, num_layers: int):
         super().__init__()
@@ -68,14 +71,10 @@ class LayerAggregator(nn.Module):
         settings.check_choices()
 
     @classmethod
-    def check_num_layers(cls, num_layers: int, side: str = "") -> None:
+    def check_num_layers(cls, num_layers: int) -> None:
         """Raises :class:`AggregationConfigError` when there is nothing to aggregate."""
         if num_layers < 2:
-            flag = f"--{side}-aggregation" if side else "aggregation"
-            raise AggregationConfigError(
-                f"{flag} {cls.name}: needs at least 2 layer outputs to aggregate, "
-                f"got {num_layers}; use more --{side or 'encoder'}-layers, --aggregate-embedding, or 'none'"
-            )
+            raise AggregationConfigError(f"{cls.name}: needs at least 2 layer outputs to aggregate, got {num_layers}")
 
     @classmethod
     def from_settings(cls, embed_dim: int, num_layers: int, settings: Settings) -> "LayerAggregator":
@@ -113,8 +112,7 @@ class LayerAggregator(nn.Module):
         if len(layers) != self.num_layers:
             raise ValueError(
                 f"{type(self).__name__} was built for {self.num_layers} layers but got "
-                f"{len(layers)}; layer dropping (--encoder-layerdrop/--decoder-layerdrop) "
-                "cannot be combined with layer aggregation"
+                f"{len(layers)}; layer dropping (layerdrop) cannot be combined with layer aggregation"
             )
         stacked = self.stack(layers)
         out = self.aggregate(stacked, padding_mask)

@@ -42,6 +42,7 @@ class MultiwayDynamicDense(LayerAggregator):
     """
 
     name = "mudd"
+    multiway = True
     family = "mudd"
     label = "MUDD connections"
     Settings = MUDDSettings

@@ -1,6 +1,6 @@
 """The aggregators by name: what flags, architectures, tools and tests are derived from."""
 
-from typing import Dict, List, Optional, Type, TypeVar, Union
+from typing import Any, Dict, List, Mapping, Optional, Type, TypeVar, Union
 
 from .base import LayerAggregator
 from .settings import AggregationConfigError, Settings, distinct_fields
@@ -42,22 +42,18 @@ def families() -> Dict[str, str]:
     return {cls.family: name for name, cls in AGGREGATORS.items() if cls.family}
 
 
-def aggregator_class(name: str, side: str = "") -> Type[LayerAggregator]:
-    """The class registered as ``name``; an unknown name names the flag and the allowed values."""
+def aggregator_class(name: str) -> Type[LayerAggregator]:
+    """The class registered as ``name``; an unknown name gets the allowed values."""
     if name not in AGGREGATORS:
-        flag = f"--{side}-aggregation" if side else "aggregation"
-        raise AggregationConfigError(
-            f"{flag}: unknown aggregation {name!r}; choose one of {', '.join(AGGREGATORS)}")
+        raise AggregationConfigError(f"unknown aggregation {name!r}; choose one of {', '.join(AGGREGATORS)}")
     return AGGREGATORS[name]
 
 
-def dense_connection_class(name: str, side: str = "") -> Type[LayerAggregator]:
-    """The class of a between-blocks connection; any other name names the flag and the allowed values."""
+def dense_connection_class(name: str) -> Type[LayerAggregator]:
+    """The class of a between-blocks connection; any other name gets the allowed values."""
     choices = dense_connection_choices()
     if name not in choices[1:]:
-        flag = f"--{side}-dense-connections" if side else "dense connections"
-        raise AggregationConfigError(
-            f"{flag}: {name!r} cannot connect blocks; choose one of {', '.join(choices)}")
+        raise AggregationConfigError(f"{name!r} cannot connect blocks; choose one of {', '.join(choices)}")
     return AGGREGATORS[name]
 
 
@@ -71,57 +67,72 @@ def settings_classes() -> List[Type[Settings]]:
     return list(dict.fromkeys(cls.Settings for cls in AGGREGATORS.values()))
 
 
-def validate_settings(name: str, values: Union[Settings, object], embed_dim: int, side: str = "",
-                      cls: Optional[Type[LayerAggregator]] = None) -> Settings:
-    """Checks the settings of aggregator ``name`` (its own dataclass, or a namespace of flags that
-    holds them) at width d and returns them as its dataclass (``cls``: its class, if looked up)."""
-    cls = cls or aggregator_class(name, side)
-    if isinstance(values, dict):
+def validated_settings(cls: Type[LayerAggregator], values: Optional[Union[Settings, Mapping[str, Any]]],
+                       embed_dim: int) -> Settings:
+    """The settings of aggregator ``cls`` at width d, checked: its own dataclass, or a mapping of setting
+    names to values (defaults for the rest; None: all defaults).
+
+    Raises:
+        AggregationConfigError: a name no aggregator has, or a value ``cls`` cannot work with.
+    """
+    if values is None or isinstance(values, Mapping):
+        values = values or {}
         known = {f.name for f in distinct_fields(settings_classes())}
         unknown = sorted(set(values) - known)
         if unknown:
             raise AggregationConfigError(f"unknown aggregation settings {unknown}; known: {', '.join(sorted(known))}")
-    settings = values if isinstance(values, cls.Settings) else cls.Settings.from_namespace(values)
-    cls.validate(settings, embed_dim, side)
-    return settings
+        values = cls.Settings.from_values(values)
+    cls.validate(values, embed_dim)
+    return values
+
+
+def make_aggregator(cls: Type[LayerAggregator], embed_dim: int, num_layers: int, settings: Settings,
+                    side: str = "") -> LayerAggregator:
+    """Aggregator ``cls`` over L = ``num_layers`` outputs of width d, from settings already validated;
+    ``side`` (``encoder`` or ``decoder``) names it in fault messages."""
+    cls.check_num_layers(num_layers)
+    aggregator = cls.from_settings(embed_dim, num_layers, settings)
+    aggregator.side = side
+    return aggregator
+
+
+def make_dense_connections(cls: Type[LayerAggregator], embed_dim: int, num_blocks: int, settings: Settings,
+                           side: str = "") -> List[LayerAggregator]:
+    """The connections of a densely connected stack from settings already validated: one after each of
+    ``num_blocks`` blocks, the i-th (from 0) over the embedding and the i + 1 block outputs so far."""
+    connections = [cls.between_blocks(embed_dim, block + 2, settings, last=block == num_blocks - 1)
+                   for block in range(num_blocks)]
+    for connection in connections:
+        connection.side = side
+    return connections
 
 
 def build_aggregator(name: str, embed_dim: int, num_layers: int,
-                     settings: Optional[Union[Settings, object]] = None, side: str = "") -> LayerAggregator:
+                     settings: Optional[Union[Settings, Mapping[str, Any]]] = None, side: str = "") -> LayerAggregator:
     """Builds the aggregator called ``name`` for L = ``num_layers`` outputs of width d.
 
     Args:
         name: a registered name (:func:`aggregation_choices`).
         embed_dim: d.
         num_layers: L, the number of layer outputs passed to ``forward``.
-        settings: the aggregator's settings dataclass, or a namespace / dict of flag values
-            (fairseq's arguments; values of other aggregators are not read); defaults when None.
-        side: ``encoder`` or ``decoder``; names the flag in errors and the aggregator in faults.
+        settings: the aggregator's settings dataclass, or a mapping of setting names to values
+            (values of other aggregators are not read); defaults when None.
+        side: ``encoder`` or ``decoder``; names the aggregator in fault messages.
 
     Raises:
         AggregationConfigError: for an unknown name or impossible settings.
     """
-    cls = aggregator_class(name, side)
-    settings = validate_settings(name, cls.Settings() if settings is None else settings, embed_dim, side)
-    cls.check_num_layers(num_layers, side)
-    aggregator = cls.from_settings(embed_dim, num_layers, settings)
-    aggregator.side = side
-    return aggregator
+    cls = aggregator_class(name)
+    return make_aggregator(cls, embed_dim, num_layers, validated_settings(cls, settings, embed_dim), side)
 
 
 def build_dense_connections(name: str, embed_dim: int, num_blocks: int,
-                            settings: Optional[Union[Settings, object]] = None,
+                            settings: Optional[Union[Settings, Mapping[str, Any]]] = None,
                             side: str = "") -> List[LayerAggregator]:
-    """The connections of a densely connected stack: one after each of ``num_blocks`` blocks, the
-    i-th (from 0) over the embedding and the i + 1 block outputs so far.
+    """The connections of a densely connected stack (:func:`make_dense_connections`), settings checked.
 
     Raises:
         AggregationConfigError: for a name that cannot connect blocks, or impossible settings.
     """
-    cls = dense_connection_class(name, side)
-    settings = validate_settings(name, cls.Settings() if settings is None else settings, embed_dim, side, cls)
-    connections = [cls.between_blocks(embed_dim, block + 2, settings, last=block == num_blocks - 1)
-                   for block in range(num_blocks)]
-    for connection in connections:
-        connection.side = side
-    return connections
+    cls = dense_connection_class(name)
+    return make_dense_connections(cls, embed_dim, num_blocks, validated_settings(cls, settings, embed_dim), side)

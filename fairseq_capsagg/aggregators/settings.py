@@ -2,8 +2,9 @@
 
 Every aggregator declares its settings as one dataclass of :func:`setting` fields. A field's
 name is its flag with ``--`` dropped and dashes as underscores (``routing_iters`` is
-``--routing-iters``), and also the attribute of fairseq's argument namespace, so one name
-travels from the command line through the model's arguments to the aggregator.
+``--routing-iters``), so one name travels from the command line to the aggregator: the model reads
+the settings from its arguments once (``models/aggregating_stack.py``), and an aggregator only ever
+receives its own dataclass.
 """
 
 import argparse
@@ -40,12 +41,9 @@ class Settings:
         return dataclasses.fields(cls)
 
     @classmethod
-    def from_namespace(cls: Type[S], values: Union[argparse.Namespace, Mapping[str, Any]]) -> S:
-        """Reads this class's fields from a namespace of flags (absent or None: the default).
-
-        The namespace may hold the flags of other aggregators and fairseq's own; they are not read.
-        """
-        values = vars(values) if isinstance(values, argparse.Namespace) else values
+    def from_values(cls: Type[S], values: Mapping[str, Any]) -> S:
+        """Reads this class's fields from a mapping of setting names to values (absent or None: the
+        default); other names in it (other aggregators' settings) are not read."""
         kwargs = {f.name: values[f.name] for f in cls.fields() if values.get(f.name) is not None}
         return cls(**kwargs)
 

@@ -21,7 +21,7 @@ class TopLayer(LayerAggregator):
     label = "Transformer"
 
     @classmethod
-    def check_num_layers(cls, num_layers: int, side: str = "") -> None:
+    def check_num_layers(cls, num_layers: int) -> None:
         """The top layer of any stack can be returned."""
 
     @classmethod

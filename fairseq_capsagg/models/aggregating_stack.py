@@ -14,12 +14,12 @@ from ..aggregators import (
     Settings,
     aggregation_choices,
     aggregator_class,
-    build_aggregator,
-    build_dense_connections,
     dense_connection_class,
+    make_aggregator,
+    make_dense_connections,
     setting,
     settings_classes,
-    validate_settings,
+    validated_settings,
 )
 from ..aggregators.settings import distinct_fields, flag_name
 from .dense_connections import DenseConnections
@@ -57,82 +57,125 @@ class StackSettings(Settings):
                 f"--decoder-aggregation to one of {', '.join(name for name in aggregation_choices() if name != 'none')}")
 
 
-def aggregating_sides(args: Any) -> List[str]:
-    return [side for side in SIDES if getattr(args, f"{side}_aggregation") != "none"]
-
-
-class ChosenAggregator(NamedTuple):
-    """One aggregator that a model's arguments choose: its side, its place and its class."""
+class Placement(NamedTuple):
+    """One aggregator that a side uses: at the stack's output or between its blocks, its settings checked."""
 
     side: str
     between_blocks: bool  # --{side}-dense-connections; else --{side}-aggregation, at the stack's output
     name: str
     cls: Type[LayerAggregator]
+    settings: Settings
 
     @property
     def flag(self) -> str:
         return f"--{self.side}-dense-connections" if self.between_blocks else f"--{self.side}-aggregation"
 
 
-def chosen_aggregators(args: Any) -> List[ChosenAggregator]:
-    """The aggregators at each side's output and between its blocks; an unknown name names its flag."""
-    chosen = [ChosenAggregator(side, False, getattr(args, f"{side}_aggregation"),
-                               aggregator_class(getattr(args, f"{side}_aggregation"), side))
-              for side in aggregating_sides(args)]
-    for side in SIDES:
-        name = getattr(args, f"{side}_dense_connections", "none")
-        if name != "none":
-            chosen.append(ChosenAggregator(side, True, name, dense_connection_class(name, side)))
-    return chosen
+class SideAggregation(NamedTuple):
+    """Everything a side's aggregation is built from, read from the model's arguments and checked once
+    (:meth:`AggregationPlan.from_args`) before any module is built."""
+
+    side: str
+    embed_dim: int
+    num_blocks: int
+    normalize_before: bool
+    stack: StackSettings
+    output: Optional[Placement]  # --{side}-aggregation, None for none
+    dense: Optional[Placement]  # --{side}-dense-connections, None for none
+
+    @property
+    def num_aggregated(self) -> int:
+        """L, the layer outputs the output aggregator reads (the embedding's too with --aggregate-embedding)."""
+        return self.num_blocks + (1 if self.stack.aggregate_embedding else 0)
+
+    def describe(self) -> str:
+        """``SIDE: NAME`` and its dense connections, for messages."""
+        output = self.output.name if self.output else "none"
+        return f"{self.side}: {output}" + (f" (dense connections: {self.dense.name})" if self.dense else "")
 
 
-def ignored_settings(args: Any) -> List[str]:
-    """``--flag value`` for every aggregator setting away from its default that no chosen aggregator reads.
-
-    Such a setting is not an error: one set of flags may serve several systems (the main job's
-    ``--model-args``), and a model without aggregation keeps the flags of the one it is compared with.
-    """
-    read = {f.name for chosen in chosen_aggregators(args) for f in chosen.cls.Settings.fields()}
-    ignored = []
-    for f in distinct_fields(settings_classes()):
-        value = getattr(args, f.name, None)
-        if f.name not in read and value is not None and value != f.default:
-            ignored.append(f"{flag_name(f.name)} {value}")
-    return ignored
+def _placement(values: Dict[str, Any], side: str, between_blocks: bool, embed_dim: int) -> Optional[Placement]:
+    """The aggregator of one flag, its class looked up and its settings checked; errors name the flag."""
+    flag = f"--{side}-dense-connections" if between_blocks else f"--{side}-aggregation"
+    name = values.get(f"{side}_dense_connections" if between_blocks else f"{side}_aggregation") or "none"
+    if name == "none":
+        return None
+    try:
+        cls = dense_connection_class(name) if between_blocks else aggregator_class(name)
+    except AggregationConfigError as e:
+        raise AggregationConfigError(f"{flag}: {e}") from None
+    return Placement(side, between_blocks, name, cls, validated_settings(cls, cls.Settings.from_values(values), embed_dim))
 
 
-def describe_aggregation(args: Any) -> str:
-    """``encoder: NAME, decoder: NAME`` with each side's dense connections, for messages."""
-    parts = []
-    for side in SIDES:
-        dense = getattr(args, f"{side}_dense_connections", "none")
-        parts.append(f"{side}: {getattr(args, f'{side}_aggregation')}"
-                     + (f" (dense connections: {dense})" if dense != "none" else ""))
-    return ", ".join(parts)
-
-
-def validate_aggregation(args: Any) -> None:
-    """Checks every aggregation flag of a model's arguments before anything is built, and warns
-    about settings that no chosen aggregator reads.
+def read_side(args: Any, side: str, stack: StackSettings) -> SideAggregation:
+    """Reads and checks the aggregation of ``side`` from fairseq's arguments: the one place that reads
+    a side's flags.
 
     Raises:
         AggregationConfigError: one line naming the flag and its allowed values.
     """
-    StackSettings.from_namespace(args).validate(aggregating_sides(args))
-    for chosen in chosen_aggregators(args):
-        validate_settings(chosen.name, args, getattr(args, f"{chosen.side}_embed_dim"), chosen.side, chosen.cls)
-        if getattr(args, f"{chosen.side}_layerdrop") > 0:
+    values = vars(args)
+    embed_dim, num_blocks = values[f"{side}_embed_dim"], values[f"{side}_layers"]
+    plan = SideAggregation(side, embed_dim, num_blocks, bool(values[f"{side}_normalize_before"]), stack,
+                           _placement(values, side, False, embed_dim), _placement(values, side, True, embed_dim))
+    if plan.output is not None:
+        try:
+            plan.output.cls.check_num_layers(plan.num_aggregated)
+        except AggregationConfigError:
+            raise AggregationConfigError(
+                f"{plan.output.flag} {plan.output.name}: needs at least 2 layer outputs to aggregate, got "
+                f"{plan.num_aggregated}; use more --{side}-layers, --aggregate-embedding, or 'none'") from None
+    recomputed = values.get("checkpoint_activations") or values.get("offload_activations")
+    for chosen in (c for c in (plan.output, plan.dense) if c is not None):
+        if values.get(f"{side}_layerdrop", 0) > 0:
             needs = ("every block reads the outputs of all earlier blocks" if chosen.between_blocks
                      else "the aggregator needs every layer's output")
-            raise AggregationConfigError(f"--{chosen.side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
-        recomputed = getattr(args, "checkpoint_activations", False) or getattr(args, "offload_activations", False)
+            raise AggregationConfigError(f"--{side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
         if chosen.between_blocks and recomputed:
             raise AggregationConfigError(
                 f"--checkpoint-activations cannot be combined with {chosen.flag} {chosen.name}: "
                 "the connections run as hooks that a recomputed block would not replay")
-    ignored = ignored_settings(args)
-    if ignored:
-        logger.warning("%s: no chosen aggregator reads %s; ignored", describe_aggregation(args), ", ".join(ignored))
+    if plan.dense is not None and plan.dense.cls.multiway and values.get("cross_self_attention"):
+        raise AggregationConfigError(
+            f"{plan.dense.flag} {plan.dense.name}: feeds the query, key and value of a block's self-attention, "
+            "which --cross-self-attention replaces")
+    return plan
+
+
+class AggregationPlan(NamedTuple):
+    """Both sides' aggregation, read from a model's arguments and checked before anything is built."""
+
+    encoder: SideAggregation
+    decoder: SideAggregation
+
+    @classmethod
+    def from_args(cls, args: Any) -> "AggregationPlan":
+        """Reads every aggregation flag once and warns about settings that no chosen aggregator reads.
+
+        Raises:
+            AggregationConfigError: one line naming the flag and its allowed values.
+        """
+        stack = StackSettings.from_values(vars(args))
+        plan = cls(*(read_side(args, side, stack) for side in SIDES))
+        stack.validate([side.side for side in plan if side.output is not None])
+        ignored = plan.ignored_settings(vars(args))
+        if ignored:
+            logger.warning("%s: no chosen aggregator reads %s; ignored",
+                           ", ".join(side.describe() for side in plan), ", ".join(ignored))
+        return plan
+
+    def placements(self) -> List[Placement]:
+        return [p for side in self for p in (side.output, side.dense) if p is not None]
+
+    def ignored_settings(self, values: Dict[str, Any]) -> List[str]:
+        """``--flag value`` for every aggregator setting away from its default that no chosen aggregator reads.
+
+        Such a setting is not an error: one set of flags may serve several systems (the main job's
+        ``--model-args``), and a model without aggregation keeps the flags of the one it is compared with.
+        """
+        read = {f.name for placement in self.placements() for f in placement.cls.Settings.fields()}
+        return [f"{flag_name(f.name)} {values[f.name]}" for f in distinct_fields(settings_classes())
+                if f.name not in read and values.get(f.name) is not None and values[f.name] != f.default]
 
 
 class AggregatingStack(nn.Module):
@@ -157,27 +200,22 @@ class AggregatingStack(nn.Module):
         self.aggregate_norm: Optional[nn.Module] = None
         self.aggregation_ramp: Optional[AggregationRamp] = None
 
-    def build_aggregation(self, args: Any) -> None:
-        """Installs ``--{side}-dense-connections`` and ``--{side}-aggregation`` over the layers this
-        stack has (flags validated)."""
-        embed_dim = getattr(args, f"{self.side}_embed_dim")
-        dense = getattr(args, f"{self.side}_dense_connections")
-        if dense != "none":
-            connections = build_dense_connections(dense, embed_dim, len(self.layers), args, self.side)
-            self.dense_connections = DenseConnections(
-                connections, self.layers, getattr(args, f"{self.side}_normalize_before"))
-        name = getattr(args, f"{self.side}_aggregation")
-        if name == "none":
+    def build_aggregation(self, plan: SideAggregation) -> None:
+        """Installs this side's dense connections and output aggregator (``plan``: checked already)."""
+        if plan.dense is not None:
+            connections = make_dense_connections(plan.dense.cls, plan.embed_dim, len(self.layers), plan.dense.settings,
+                                                 plan.side)
+            self.dense_connections = DenseConnections(connections, self.layers, plan.normalize_before)
+        if plan.output is None:
             return
-        stack = StackSettings.from_namespace(args)
-        num_layers = len(self.layers) + (1 if stack.aggregate_embedding else 0)
-        self.aggregator = build_aggregator(name, embed_dim, num_layers, args, self.side)
+        output, stack = plan.output, plan.stack
+        self.aggregator = make_aggregator(output.cls, plan.embed_dim, plan.num_aggregated, output.settings, plan.side)
         self.aggregate_embedding = stack.aggregate_embedding
         normalise = stack.aggregation_layer_norm == "on"
-        if normalise and getattr(args, f"{self.side}_normalize_before"):
-            self.layer_norms = nn.ModuleList(LayerNorm(embed_dim) for _ in range(num_layers))
+        if normalise and plan.normalize_before:
+            self.layer_norms = nn.ModuleList(LayerNorm(plan.embed_dim) for _ in range(plan.num_aggregated))
         elif normalise and self.aggregator.scaled_output:
-            self.aggregate_norm = LayerNorm(embed_dim)
+            self.aggregate_norm = LayerNorm(plan.embed_dim)
         if stack.aggregation_ramp_updates > 0:
             self.aggregation_ramp = AggregationRamp(stack.aggregation_ramp_updates)
 

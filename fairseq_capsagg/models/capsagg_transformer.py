@@ -5,7 +5,7 @@ from fairseq.models.transformer import TransformerModel, base_architecture
 
 from ..aggregators import aggregation_choices, dense_connection_choices, settings_classes
 from ..aggregators.settings import add_flags, distinct_fields, fill_defaults
-from .aggregating_stack import StackSettings, validate_aggregation
+from .aggregating_stack import AggregationPlan, StackSettings
 from .decoder import CapsAggTransformerDecoder
 from .encoder import CapsAggTransformerEncoder
 
@@ -40,10 +40,10 @@ class CapsAggTransformerModel(TransformerModel):
     @classmethod
     def build_model(cls, args, task):
         capsagg_base_architecture(args)
-        validate_aggregation(args)
+        plan = AggregationPlan.from_args(args)  # every check before any module is built
         model = super().build_model(args, task)
-        model.encoder.build_aggregation(args)
-        model.decoder.build_aggregation(args)
+        model.encoder.build_aggregation(plan.encoder)
+        model.decoder.build_aggregation(plan.decoder)
         return model
 
     @classmethod

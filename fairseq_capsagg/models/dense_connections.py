@@ -5,7 +5,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from torch import Tensor, nn
 
-from ..aggregators import AggregationConfigError, LayerAggregator
+from ..aggregators import LayerAggregator
 
 
 class DenseConnections(nn.Module):
@@ -42,11 +42,7 @@ class DenseConnections(nn.Module):
         layers[0].register_forward_pre_hook(self._begin)
         for index, layer in enumerate(layers):
             layer.register_forward_hook(functools.partial(self._connect, index))
-            if index > 0 and connections[index - 1].streams > 1:
-                if not getattr(layer.self_attn, "self_attention", False):
-                    raise AggregationConfigError(
-                        f"--{connections[0].side}-dense-connections {type(connections[0]).name}: feeds the "
-                        "query, key and value of a block's self-attention, which --cross-self-attention replaces")
+            if index > 0 and connections[index - 1].streams > 1:  # a self-attending block (checked when read)
                 layer.self_attn.self_attention = False
                 layer.self_attn.register_forward_pre_hook(
                     functools.partial(self._multiway_inputs, layer), with_kwargs=True)

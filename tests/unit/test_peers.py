@@ -13,9 +13,11 @@ from fairseq_capsagg.aggregators import (
     DepthAttention,
     DepthWeightedAverage,
     MultiwayDynamicDense,
+    aggregator_class,
     build_aggregator,
     build_dense_connections,
 )
+from fairseq_capsagg.models.aggregating_stack import AggregationPlan
 from helpers import build_tiny_model, parse_model_args, random_tokens
 
 PEERS = {"dwa": [], "depth-attention": [], "depth-attention dynamic": ["--depth-attention-query", "dynamic"],
@@ -62,11 +64,17 @@ def reference(connection, layers: List[torch.Tensor]) -> List[torch.Tensor]:
     return streams
 
 
+def peer_settings(peer: str):
+    """The settings dataclass of a peer with its case's flags, read as the model reads them."""
+    name = peer.split()[0]
+    args = parse_model_args(f"transformer_{FAMILY[name]}_small", PEERS[peer])
+    return aggregator_class(name).Settings.from_values(vars(args))
+
+
 @pytest.mark.parametrize("peer", PEERS)
 def test_output_placement_matches_the_papers_loops(peer):
     name = peer.split()[0]
-    args = parse_model_args(f"transformer_{FAMILY[name]}_small", PEERS[peer])
-    aggregator = build_aggregator(name, 8, 4, args)
+    aggregator = build_aggregator(name, 8, 4, peer_settings(peer))
     randomise(aggregator)
     layers = [torch.randn(3, 2, 8) for _ in range(4)]
     with torch.no_grad():
@@ -78,10 +86,9 @@ def test_output_placement_matches_the_papers_loops(peer):
 @pytest.mark.parametrize("peer", PEERS)
 def test_fresh_peers_return_the_top_layer_exactly(peer):
     name = peer.split()[0]
-    args = parse_model_args(f"transformer_{FAMILY[name]}_small", PEERS[peer])
     layers = [torch.randn(3, 2, 8) for _ in range(4)]
-    assert torch.equal(build_aggregator(name, 8, 4, args)(layers), layers[-1])
-    for connection in build_dense_connections(name, 8, 3, args):
+    assert torch.equal(build_aggregator(name, 8, 4, peer_settings(peer))(layers), layers[-1])
+    for connection in build_dense_connections(name, 8, 3, peer_settings(peer)):
         out = connection(layers[:connection.num_layers])
         expected = layers[connection.num_layers - 1]
         assert torch.equal(out, expected.expand_as(out))
@@ -215,9 +222,13 @@ def test_impossible_dense_settings_are_refused_before_building(extra, pattern):
 
 
 def test_an_aggregator_that_cannot_connect_blocks_is_refused_with_the_allowed_values():
-    with pytest.raises(AggregationConfigError, match=r"--decoder-dense-connections: 'em-routing' cannot connect "
-                                                     r"blocks; choose one of none, dwa, depth-attention, mudd"):
+    allowed = r"'em-routing' cannot connect blocks; choose one of none, dwa, depth-attention, mudd"
+    with pytest.raises(AggregationConfigError, match=f"^{allowed}$"):  # the registry knows no flags
         build_dense_connections("em-routing", 8, 3, side="decoder")
+    args = parse_model_args("transformer_dwa_small")
+    args.decoder_dense_connections = "em-routing"  # past the parser's choices: the model names the flag
+    with pytest.raises(AggregationConfigError, match=f"^--decoder-dense-connections: {allowed}$"):
+        AggregationPlan.from_args(args)
     with pytest.raises(SystemExit):
         parse_model_args("transformer_dwa_small", ["--encoder-dense-connections", "linear"])
 
@@ -231,8 +242,8 @@ def test_mudd_refuses_cross_self_attention():
 def test_effective_weights_are_what_the_aggregate_sums(peer):
     """The depth-weights analysis reads effective_weights: Omega_s = sum_l w_{s,l} H^l exactly."""
     name = peer.split()[0]
-    args = parse_model_args(f"transformer_{FAMILY[name]}_small", PEERS[peer])
-    for connection in [build_aggregator(name, 8, 4, args), *build_dense_connections(name, 8, 3, args)]:
+    settings = peer_settings(peer)
+    for connection in [build_aggregator(name, 8, 4, settings), *build_dense_connections(name, 8, 3, settings)]:
         randomise(connection, seed=7)
         layers = [torch.randn(3, 2, 8) for _ in range(connection.num_layers)]
         with torch.no_grad():

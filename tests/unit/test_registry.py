@@ -2,7 +2,9 @@
 of adding an aggregator (docs/extending.md)."""
 
 import dataclasses
+
 import pytest
+
 from fairseq_capsagg.aggregators import (
     AGGREGATORS,
     AggregationConfigError,
@@ -17,8 +19,9 @@ from fairseq_capsagg.aggregators import (
     settings_classes,
 )
 from fairseq_capsagg.models import ARCHITECTURES
+from fairseq_capsagg.models.aggregating_stack import AggregationPlan
 from fairseq_capsagg.models.capsagg_transformer import aggregation_fields
-from helpers import parse_model_args
+from helpers import build_tiny_model, parse_model_args
 
 
 def test_choices_families_and_architectures_come_from_the_registry():
@@ -41,12 +44,22 @@ def test_every_setting_is_a_flag_with_its_default():
 
 
 def test_flags_reach_the_aggregator_by_name():
-    args = parse_model_args("transformer_dyncomb_small", ["--aggregation-ffn-dim", "7",
-                                                          "--linear-combination-weights", "matrix"])
+    flags = ["--aggregation-ffn-dim", "7", "--linear-combination-weights", "matrix"]
+    args = parse_model_args("transformer_dyncomb_small", flags)
     assert args.aggregation_ffn_dim == 7 and args.linear_combination_weights == "matrix"
-    assert build_aggregator("dynamic", 16, 3, args).ffn_dim == 7
-    assert build_aggregator("linear", 16, 3, args).weights == "matrix"
-    assert build_aggregator("em-routing", 16, 3, args, side="decoder").side == "decoder"
+    model, _ = build_tiny_model("transformer_dyncomb_small", flags)
+    assert model.encoder.aggregator.ffn_dim == 7 and model.decoder.aggregator.side == "decoder"
+    linear, _ = build_tiny_model("transformer_linagg_small", flags)
+    assert linear.encoder.aggregator.weights == "matrix"
+
+
+def test_aggregators_receive_their_settings_never_the_namespace():
+    args = parse_model_args("transformer_dyncomb_small", ["--aggregation-ffn-dim", "7"])
+    plan = AggregationPlan.from_args(args)
+    assert type(plan.encoder.output.settings).__name__ == "DynamicCombinationSettings"
+    assert plan.encoder.output.settings.aggregation_ffn_dim == 7 and plan.decoder.dense is None
+    with pytest.raises(AggregationConfigError, match=r"unknown aggregation settings \['encoder_layers'\]"):
+        build_aggregator("dynamic", 16, 3, {"encoder_layers": 6})  # a model flag is no aggregator setting
 
 
 def test_a_misspelt_setting_is_refused():
