@@ -1,0 +1,27 @@
+"""Published tables keep their format: each Markdown table in docs/results is what the Table 1 driver
+writes from the JSON published beside it (so a refactoring of the drivers cannot change them)."""
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from fairseq_capsagg.pipeline import report, table1
+from fairseq_capsagg.pipeline.rows import Row
+from helpers import ROOT
+
+RESULTS = ROOT / "docs" / "results"
+
+
+@pytest.mark.parametrize("stem,table", [("table1", "paper"), ("peers", "peers")])
+def test_the_published_table_is_what_the_driver_writes_from_its_json(stem, table):
+    payload = json.loads((RESULTS / f"{stem}-cpu.json").read_text())
+    rows = [Row(**{**row, "flags": tuple(row["flags"])}) for row in payload["rows"]]
+    speed_json = Path(payload.get("speed_ratios", {}).get("source", "benchmarks/results/speed.json"))
+    args = argparse.Namespace(table=table, max_update=payload["config"]["max_update"], speed_json=speed_json,
+                              lenpen_grid=payload["lenpen_grid"])
+    written = table1.format_tables(rows, payload["results"], payload["caption"], args)
+    if payload.get("warm_start_step0"):
+        written += "\n" + report.format_step0(payload["warm_start_step0"])
+    assert written == (RESULTS / f"{stem}-cpu.md").read_text()
