@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from . import convergence, fairseq_runs, length_penalty
-from .main_job import Stages
+from .experiment import Stages
 from .rows import Row, compare, score_cells, score_row, tune_row
 
 #: Aggregators continued from the converged Transformer (the paper's protocol), in this order.

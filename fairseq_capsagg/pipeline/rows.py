@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
+from sacrebleu.metrics import BLEU
+
 from ..analysis import scoring
 from ..analysis.scoring import significance_mark
 from . import fairseq_runs, length_penalty, report
-from .main_job import Stages
+from .experiment import Stages
 
 
 @dataclass(frozen=True)
@@ -26,22 +28,25 @@ class Row:
 
 
 def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Callable[[str], Path], raw_refs,
-            num_test) -> None:
-    """Adds BLEU's brevity penalty and length ratio to every row, and delta BLEU, paired bootstrap p
-    and the sign test against each row's reference (hypotheses of row ``name`` in ``hyp_file(name)``)."""
+            num_test, tokenize: str = BLEU.TOKENIZER_DEFAULT, details: bool = True) -> None:
+    """Adds delta BLEU, paired bootstrap p and the sign test against each row's reference (hypotheses of
+    row ``name`` in ``hyp_file(name)``); with ``details`` also BLEU's n-gram precisions, brevity penalty
+    and length ratio to every row, and the parameters each row adds to its reference's."""
     hyps = {name: scoring.align_hypotheses(scoring.read_generate_output(hyp_file(name)), num_test)[0]
             for name in results}
-    for name, res in results.items():
-        res.update(scoring.bleu_details(hyps[name], raw_refs))
+    if details:
+        for name, res in results.items():
+            res.update(scoring.bleu_details(hyps[name], raw_refs, tokenize))
     for row in rows:
         if row.name not in results or row.reference not in results or row.name == row.reference:
             continue
         ref, res = results[row.reference], results[row.name]
-        boot = scoring.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs)[row.name]
-        sign = scoring.sign_test(hyps[row.reference], hyps[row.name], raw_refs)
+        boot = scoring.paired_bootstrap(hyps[row.reference], {row.name: hyps[row.name]}, raw_refs,
+                                        tokenize=tokenize)[row.name]
+        sign = scoring.sign_test(hyps[row.reference], hyps[row.name], raw_refs, tokenize)
         res.update(delta_bleu=round(res["bleu"] - ref["bleu"], 2), bootstrap_p=boot, sign_p=sign["p_value"],
                    sign_better=sign["better"], sign_worse=sign["worse"])
-        if "params" in res:
+        if details and "params" in res:
             res["delta_params"] = res["params"] - ref["params"]
 
 
@@ -56,9 +61,9 @@ def score_cells(res: Dict[str, object]) -> str:
 
 
 def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
-              checkpoint: Path, variant: str = ""):
-    """Decodes the test split with ``checkpoint`` and scores it (``variant``: a suffix of the stage,
-    file and log names when a row is scored with more than one checkpoint)."""
+              checkpoint: Path, variant: str = "", tokenize: str = BLEU.TOKENIZER_DEFAULT):
+    """Decodes the test split with ``checkpoint`` and scores it with sacrebleu's ``tokenize`` (``variant``:
+    a suffix of the stage, file and log names when a row is scored with more than one checkpoint)."""
     work = args.workdir
     name = f"{row.name}{variant}"
     hyp_file = work / "translations" / f"{name}.txt"
@@ -68,7 +73,7 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
         speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{name}.log", hp)
         hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
         return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                **scoring.corpus_scores(hyps, raw_refs), "params": report.count_checkpoint_parameters(checkpoint)}
+                **scoring.corpus_scores(hyps, raw_refs, tokenize), "params": report.count_checkpoint_parameters(checkpoint)}
 
     stage = f"translate and score {row.name}" + (f" ({variant.lstrip('.')})" if variant else "")
     return stages.run(stage, translate, hyp_file)

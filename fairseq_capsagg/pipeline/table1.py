@@ -41,23 +41,17 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..analysis import scoring
 from . import corpus as corpus_mod
 from . import converged, fairseq_runs, length_penalty, report
+from .data import prepare_data, references, unpack_corpus
+from .experiment import ConfigMismatch, Stages, WorkdirBusy, add_setup_flags, apply_quick, check_workdir, hparams
 from .rows import Row, compare, score_cells, score_row, tune_row
 from .subwords import VocabularyTooSmall
-from .main_job import (
-    QUICK_LIMITS,
-    apply_quick,
-    log_interval,
-    ConfigMismatch,
-    Stages,
-    WorkdirBusy,
-    check_workdir,
-    prepare_data,
-    step0_losses,
-    unpack_corpus,
-)
+from .warm_starts import step0_losses
+
+#: The language pair of the tables (the paper's Table 1 task), on its bundled corpus, in sentencepiece subwords.
+PAIR = ("en", "de")
+SUBWORDS = "sentencepiece"
 
 
 #: The tables this script writes: its file name stem and the title of each protocol.
@@ -164,10 +158,6 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="systems also trained from scratch with seed 2 ('' for none; default: "
                         + "; ".join(f"{table}: {','.join(seeds)}" for table, seeds in SECOND_SEED.items()) + ")")
     p.add_argument("--rows", default="", help="train only these rows (comma-separated names); default all")
-    p.add_argument("--shape", choices=("small", "base", "big"), default="small")
-    p.add_argument("--vocab-size", type=int, default=8000)
-    p.add_argument("--max-train-tokens", type=int, default=64)
-    p.add_argument("--max-update", type=int, default=900, help="updates of every from-scratch row")
     p.add_argument("--warm-updates", type=int, default=None,
                    help=f"K: updates of every warm-start row (default {WARM_UPDATES['paper']}; with --table converged "
                         f"{WARM_UPDATES['converged']}, the further updates of every continued row)")
@@ -179,22 +169,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--update-cap", type=int, default=30000, help="--table converged: at most N updates per row")
     p.add_argument("--ramp-updates", type=int, default=200,
                    help="--aggregation-ramp-updates of the warm-started aggregators")
-    p.add_argument("--max-tokens", type=int, default=4096)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--warmup", type=int, default=200)
-    p.add_argument("--beam", type=int, default=4)
     p.add_argument("--lenpen-grid", default=None,
                    help="length penalties tried on the validation split for every row, the best decoding the "
                         f"test split a second time ('' for none; default {LENPEN_GRID}, with --table converged none)")
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
-    p.add_argument("--model-args", default="", help="extra fairseq-train flags of every aggregator row")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
                    help="also write the tables as DIR/{table1,peers}-{cpu,gpu}.{md,json}")
-    p.add_argument("--gpu", action="store_true")
-    p.add_argument("--quick", action="store_true",
-                   help="minutes: the main job's --quick (3000 pairs, 60 test, 20 updates, 1k vocabulary, beam 2; "
-                        "converged: validation every 5 updates, patience 10, cap 20)")
+    add_setup_flags(p)
     args = p.parse_args(argv)
     if args.workdir is None:
         args.workdir = Path("runs/converged" if args.table == "converged" else "runs/table1")
@@ -354,25 +336,20 @@ def main(argv=None) -> int:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
     # the paper's Table 1 task on the bundled En->De corpus, in sentencepiece subwords
-    args.source_lang, args.target_lang, args.subwords, args.bpe_merges = "en", "de", "sentencepiece", None
-    args.pair = (args.source_lang, args.target_lang)
     try:
-        corpus_dir = unpack_corpus(corpus_mod.bundled_corpus(args.pair), work / "corpus", args.pair, stages)
+        corpus_dir = unpack_corpus(corpus_mod.bundled_corpus(PAIR), work / "corpus", PAIR, stages)
     except corpus_mod.CorpusError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    limits = QUICK_LIMITS if args.quick else None
     try:
-        data_bin = prepare_data(args, corpus_dir, stages, limits)
+        data_bin = prepare_data(work, corpus_dir, PAIR, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
+                                stages)
     except VocabularyTooSmall as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    hp = {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "beam": args.beam,
-          "decode_batch": 32, "log_interval": log_interval(args), "save_interval_updates": args.save_interval,
-          "device_flags": [] if args.gpu else ["--cpu"], "pair": args.pair, "remove_bpe": "sentencepiece"}
-    num_test = corpus_mod.count_lines(work / "spm" / "test.de")
-    raw_refs = scoring.read_lines(corpus_dir / "test.de")[:num_test]
-    valid_refs = scoring.read_lines(corpus_dir / "valid.de")[:corpus_mod.count_lines(work / "spm" / "valid.de")]
+    hp = hparams(args, PAIR, SUBWORDS, save_interval_updates=args.save_interval)
+    raw_refs, num_test = references(work, corpus_dir, SUBWORDS, PAIR[1])
+    valid_refs, _ = references(work, corpus_dir, SUBWORDS, PAIR[1], "valid")
 
     rows = rows_of(args)
     device = "GPU" if args.gpu else "CPU"

@@ -12,7 +12,8 @@ import pytest
 from helpers import BIN, TINY_CORPUS, main_job, table1
 
 from fairseq_capsagg import USER_DIR
-from fairseq_capsagg.pipeline import main_job as main_job_module
+from fairseq_capsagg.pipeline.data import prepare_data, unpack_corpus
+from fairseq_capsagg.pipeline.experiment import QUICK, Stages
 from fairseq_capsagg.pipeline import subwords
 from fairseq_capsagg.pipeline.corpus import BUNDLED, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import SubwordModel
@@ -112,11 +113,9 @@ def test_subword_nmt_model_in_interactive_hub_and_translate(chinese_quick_run):
 def test_quick_subwords_and_binarisation_fit_every_bundled_pair(pair, method, tmp_path):
     """The pair and subword combinations the quick main-job runs do not cover: a Chinese side has more
     characters than --quick's 1,000 pieces, so sentencepiece learns its smallest vocabulary for them."""
-    args = main_job_module.parse_args(["--quick", "--source-lang", pair[0], "--target-lang", pair[1],
-                                       "--subwords", method, "--workdir", str(tmp_path)])
-    stages = main_job_module.Stages(tmp_path)
-    corpus_dir = main_job_module.unpack_corpus(BUNDLED[pair], tmp_path / "corpus", pair, stages)
-    data_bin = main_job_module.prepare_data(args, corpus_dir, stages, main_job_module.QUICK_LIMITS)
+    stages = Stages(tmp_path)
+    corpus_dir = unpack_corpus(BUNDLED[pair], tmp_path / "corpus", pair, stages)
+    data_bin = prepare_data(tmp_path, corpus_dir, pair, method, QUICK["vocab_size"], 64, True, stages)
     learnt = stages.done["subwords"]["vocab_size"]
     assert learnt > 1000 if method == "sentencepiece" else learnt == 1000
     sizes = {split: n for split, n in stages.done["subwords"].items() if split != "vocab_size"}

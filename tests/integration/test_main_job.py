@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from fairseq_capsagg.pipeline import corpus as corpus_mod
-from fairseq_capsagg.pipeline.main_job import QUICK
+from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import TINY_CORPUS, main_job
 
 

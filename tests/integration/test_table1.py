@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from fairseq_capsagg.pipeline.main_job import QUICK
+from fairseq_capsagg.pipeline.experiment import QUICK
 from fairseq_capsagg.analysis.scoring import read_generate_output
 from helpers import table1
 

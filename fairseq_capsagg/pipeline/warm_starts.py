@@ -1,0 +1,28 @@
+"""Where a warm start begins: the validation loss at step 0 of every aggregator started from a trained
+Transformer (the main job's and Table 1's step-0 tables)."""
+
+from pathlib import Path
+from typing import Dict
+
+from . import fairseq_runs
+
+
+#: How the rows of the step-0 table that need flags to start as the Transformer (the routing
+#: families) start besides their default: with those flags, and with them and a ramp.
+IDENTITY_STARTS = {"identity": [], "identity + ramp": ["--aggregation-ramp-updates", "1"]}
+
+
+def step0_losses(checkpoint: str, data_bin: Path, shape: str) -> Dict[str, Dict[str, float]]:
+    """Validation loss at step 0 of a warm start from ``checkpoint``: every aggregator as built by
+    default, and those with warm-start flags (the routing families) with each of :data:`IDENTITY_STARTS`."""
+    from ..tools.warm_start_loss import warm_start_losses
+
+    aggregators = fairseq_runs.systems()[1:]
+    losses = warm_start_losses(checkpoint, str(data_bin), [f"transformer_{s}_{shape}" for s in aggregators])
+    for start, extra in IDENTITY_STARTS.items():
+        for system in (s for s in aggregators if fairseq_runs.warm_start_flags(s)):
+            arch = f"transformer_{system}_{shape}"
+            variant = warm_start_losses(checkpoint, str(data_bin), [arch],
+                                        model_args=fairseq_runs.warm_start_flags(system) + extra)
+            losses[f"{arch} ({start})"] = variant[arch]
+    return losses
