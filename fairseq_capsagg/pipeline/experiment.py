@@ -54,7 +54,8 @@ def add_setup_flags(parser: argparse.ArgumentParser) -> None:
 def hparams(args: argparse.Namespace, pair: Sequence[str], remove_bpe: str, **extra: object) -> Dict[str, object]:
     """fairseq's hyper-parameters of a setup (``fairseq_runs.train`` and ``generate`` read them)."""
     return {"lr": args.lr, "warmup": args.warmup, "max_tokens": args.max_tokens, "beam": args.beam,
-            "decode_batch": 32, "log_interval": log_interval(args), "device_flags": [] if args.gpu else ["--cpu"],
+            "decode_batch": 128 if args.gpu else 32, "log_interval": log_interval(args),
+            "device_flags": [] if args.gpu else ["--cpu"],
             "pair": tuple(pair), "remove_bpe": remove_bpe, **extra}
 
 

@@ -2,11 +2,15 @@
 stop rule in segments, continued rows from the converged best checkpoint, the published table and curves."""
 
 import json
+import os
+import re
+import subprocess
+import sys
 
 import pytest
 
 from fairseq_capsagg.pipeline.experiment import QUICK
-from helpers import table1
+from helpers import ROOT, table1
 
 
 
@@ -77,3 +81,17 @@ def test_a_converged_rule_off_the_validation_grid_is_one_clear_line(tmp_path):
     result = table1("--table", "converged", "--workdir", str(tmp_path / "w"), "--patience-updates", "1234", check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "error: --validate-interval-updates 500, --patience-updates 1234" in result.stderr
+
+
+def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
+    """examples/converged_gpu.sh run, with --quick on this CPU and training nothing: its flags parse and its
+    rows exist (the GPU run itself needs a device)."""
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"))
+    result = subprocess.run(["bash", str(ROOT / "examples" / "converged_gpu.sh"), "run", "--quick", "--report-only"],
+                            capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "out" / "converged-cpu.md").read_text()
+    for row in ("converged-baseline-s1", "continued-baseline", "continued-emrouting", "continued-dyncomb",
+                "continued-mudd"):
+        assert re.search(rf"\| {row} \| [^|]+ \| \d \| pending \|", table), row  # listed, nothing trained
+    assert "Validation on the whole validation split every 5 updates" in table  # --quick's rule
