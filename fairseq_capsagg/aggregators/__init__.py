@@ -38,6 +38,10 @@ from .em_routing import EMRouting
 from .depth_weighted_average import DepthWeightedAverage
 from .depth_attention import DepthAttention, DepthAttentionSettings
 from .mudd import MULTIWAY_STREAMS, MUDDSettings, MultiwayDynamicDense
+from .dlcl import DynamicLinearCombination
+from .streams import StreamConnection, StreamSettings
+from .hyper_connections import HyperConnections
+from .mhc import ManifoldHyperConnections, sinkhorn
 
 __all__ = [
     "AGGREGATORS",
@@ -47,6 +51,11 @@ __all__ = [
     "DepthAttention",
     "DepthAttentionSettings",
     "DepthWeightedAverage",
+    "DynamicLinearCombination",
+    "HyperConnections",
+    "ManifoldHyperConnections",
+    "StreamConnection",
+    "StreamSettings",
     "DynamicCombination",
     "DynamicRouting",
     "EMRouting",
@@ -71,6 +80,7 @@ __all__ = [
     "make_dense_connections",
     "register_aggregator",
     "setting",
+    "sinkhorn",
     "settings_classes",
     "squash",
     "validated_settings",

@@ -54,6 +54,10 @@ class LayerAggregator(nn.Module):
     #: Between blocks, it feeds the next block's self-attention query, key and value separately
     #: (:attr:`streams` > 1), so that block must attend to itself.
     multiway: ClassVar[bool] = False
+    #: A fresh one computes exactly what the Transformer without it computes (with
+    #: :attr:`warm_start_flags` where it has them); False for one its paper starts elsewhere (DLCL's
+    #: uniform average).
+    starts_as_transformer: ClassVar[bool] = True
 
     def __init__(self, embed_dim: int, num_layers: int):
         super().__init__()
@@ -87,6 +91,13 @@ class LayerAggregator(nn.Module):
         """The connection after one block of a densely connected stack, over its L = ``num_layers``
         earlier outputs (the embedding first); ``last``: after the stack's top block."""
         return cls.from_settings(embed_dim, num_layers, settings)
+
+    @classmethod
+    def connect_blocks(cls, embed_dim: int, num_blocks: int, settings: Settings) -> List["LayerAggregator"]:
+        """The connections of a densely connected stack of ``num_blocks`` blocks: the i-th (from 0), after
+        block i + 1, over the embedding and the i + 1 block outputs so far (:meth:`between_blocks`)."""
+        return [cls.between_blocks(embed_dim, block + 2, settings, last=block == num_blocks - 1)
+                for block in range(num_blocks)]
 
     @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: Settings) -> float:

@@ -27,8 +27,9 @@ def register_aggregator(cls: A) -> A:
 
 
 def aggregation_choices() -> List[str]:
-    """The values of ``--encoder-aggregation`` / ``--decoder-aggregation``."""
-    return list(AGGREGATORS)
+    """The values of ``--encoder-aggregation`` / ``--decoder-aggregation``: every aggregator that can run at
+    a stack's output."""
+    return [name for name, cls in AGGREGATORS.items() if "output" in cls.placements]
 
 
 def dense_connection_choices() -> List[str]:
@@ -44,8 +45,8 @@ def families() -> Dict[str, str]:
 
 def aggregator_class(name: str) -> Type[LayerAggregator]:
     """The class registered as ``name``; an unknown name gets the allowed values."""
-    if name not in AGGREGATORS:
-        raise AggregationConfigError(f"unknown aggregation {name!r}; choose one of {', '.join(AGGREGATORS)}")
+    if name not in aggregation_choices():
+        raise AggregationConfigError(f"unknown aggregation {name!r}; choose one of {', '.join(aggregation_choices())}")
     return AGGREGATORS[name]
 
 
@@ -100,8 +101,7 @@ def make_dense_connections(cls: Type[LayerAggregator], embed_dim: int, num_block
                            side: str = "") -> List[LayerAggregator]:
     """The connections of a densely connected stack from settings already validated: one after each of
     ``num_blocks`` blocks, the i-th (from 0) over the embedding and the i + 1 block outputs so far."""
-    connections = [cls.between_blocks(embed_dim, block + 2, settings, last=block == num_blocks - 1)
-                   for block in range(num_blocks)]
+    connections = cls.connect_blocks(embed_dim, num_blocks, settings)
     for connection in connections:
         connection.side = side
     return connections

@@ -2,6 +2,7 @@
 
     capsagg-health --data DATA-BIN                         # every family at every shape
     capsagg-health --data DATA-BIN --shapes small --model-args "--routing-init identity"
+    capsagg-health --data DATA-BIN --path checkpoints/checkpoint_best.pt   # a trained model, as it is
 
 For each architecture the model is built at its defaults with the Transformer weights of the
 vanilla model of the same shape and seed (the aggregators freshly initialised), and one batch of
@@ -20,22 +21,29 @@ the ``valid`` split goes forward and backward (dropout off). Reported per archit
   routing iteration over the N output capsules, averaged over the real positions and divided by
   ln N: 1 is uniform routing, 0 sends every input capsule to a single output capsule (with
   ``--routing-softmax input``: over the L input capsules, divided by ln L);
+* ``stream_gain`` (hyper-connections, mHC): the composite signal gain over depth of a side's residual
+  streams, the largest absolute row or column sum of the product of its blocks' stream-mixing
+  matrices, the largest over the batch's real positions: 1 for a Transformer's single stream and at
+  the start; mHC keeps it near 1 by construction, hyper-connections' can grow with training;
 * ``loss``: label-smoothed cross-entropy per target token in bits (ln |V| / ln 2 is uniform).
+
+With ``--path`` the same batch goes through a trained checkpoint as it is (no vanilla comparison).
 """
 
 import argparse
 import json
 import math
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from fairseq import tasks
 
 from ..aggregators import families
-from .agreement import AgreementAccumulator, routing_modules
 from ..models import SHAPES, CapsAggTransformerModel
 from ..models.aggregating_stack import AGGREGATION_MODULES
 from ..models.build import model_args
+from ..models.dense_connections import ResidualStreams
+from .agreement import AgreementAccumulator, routing_modules
 
 
 
@@ -60,6 +68,32 @@ def first_batch(task, max_tokens: int) -> Dict:
 
 def _norm(grads: Iterable[torch.Tensor]) -> float:
     return math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads))
+
+
+def capture_stream_mixing(model) -> Tuple[Dict[str, List[torch.Tensor]], List[object]]:
+    """Hooks that record every block's stream-mixing matrices (T, B, n, n) on sides with residual streams."""
+    captured: Dict[str, List[torch.Tensor]] = {}
+    hooks = []
+    for side, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
+        streams = stack.dense_connections
+        if isinstance(streams, ResidualStreams):
+            captured[side] = []
+
+            def record(block, args, kwargs, side=side, streams=streams):  # after the streams' own pre-hook
+                captured[side].append(streams.weights[1].detach().float())
+
+            hooks += [layer.register_forward_pre_hook(record, with_kwargs=True) for layer in stack.layers]
+    return captured, hooks
+
+
+def composite_gain(mixing: List[torch.Tensor], real: torch.Tensor) -> float:
+    """The largest absolute row or column sum of the blocks' mixing matrices multiplied over depth, the
+    largest over the real positions ``real`` (T, B)."""
+    composite = mixing[0]
+    for mix in mixing[1:]:
+        composite = composite @ mix
+    rows, columns = composite.abs().sum(-1).amax(-1), composite.abs().sum(-2).amax(-1)
+    return float(torch.maximum(rows, columns)[real].max())
 
 
 def forward_backward(model, criterion, sample) -> Dict[str, object]:
@@ -91,6 +125,8 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
 
     watch("encoder", model.encoder)
     watch("decoder", model.decoder)
+    mixing, mixing_hooks = capture_stream_mixing(model)
+    hooks += mixing_hooks
     routing = routing_modules(model)
     model.eval()
     model.zero_grad()
@@ -110,6 +146,10 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
         if accumulator.entropy_choices > 1:  # one capsule to choose from: nothing to route
             outputs[side]["agreement_entropy"] = (accumulator.summary()["entropy"][-1]
                                                   / math.log(accumulator.entropy_choices))
+    pad = model.encoder.padding_idx
+    positions = {"encoder": sample["net_input"]["src_tokens"], "decoder": sample["net_input"]["prev_output_tokens"]}
+    for side, mixes in mixing.items():
+        outputs[side]["stream_gain"] = composite_gain(mixes, positions[side].ne(pad).t())
     (loss / sample_size).backward()
     named = [(name, p.grad) for name, p in model.named_parameters() if p.grad is not None]
     layers = [g for name, g in named if name.split(".")[1:2] == ["layers"]]
@@ -148,32 +188,54 @@ def health_report(archs: List[str], data: str, extra: Sequence[str] = (), seed: 
     return report
 
 
+def checkpoint_report(path: str, data: str, max_tokens: int = 2048) -> Dict[str, Dict[str, object]]:
+    """The report of a trained checkpoint as it is, on the first batch of ``data``'s valid split."""
+    from fairseq import checkpoint_utils
+
+    from .. import USER_DIR
+
+    models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
+        [path], arg_overrides={"data": data, "user_dir": USER_DIR})
+    criterion = task.build_criterion(cfg.criterion)
+    return {path: forward_backward(models[0], criterion, first_batch(task, max_tokens))}
+
+
 def format_report(report: Dict[str, Dict[str, object]]) -> str:
     lines = ["| architecture | loss (bits) | side | aggregate std | after LayerNorm | eps share "
-             "| agreement entropy / ln N | layer grad / vanilla | aggregator grad share | grad norm |",
-             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| agreement entropy / ln N | stream gain | layer grad / vanilla | aggregator grad share | grad norm |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for arch, r in report.items():
+        vanilla = f" (vanilla {r['vanilla_loss']:.3f})" if "vanilla_loss" in r else ""
+        ratio = f"{r['layer_grad_ratio']:.2f}" if "layer_grad_ratio" in r else "–"
         for side, out in r["outputs"].items():
             entropy = f"{out['agreement_entropy']:.2f}" if "agreement_entropy" in out else "–"
-            lines.append(f"| {arch} | {r['loss']:.3f} (vanilla {r['vanilla_loss']:.3f}) | {side} "
+            gain = f"{out['stream_gain']:.3g}" if "stream_gain" in out else "–"
+            lines.append(f"| {arch} | {r['loss']:.3f}{vanilla} | {side} "
                          f"| {out['aggregate_std']:.3g} | {out['normalised_std']:.3g} | {out['eps_share']:.2g} "
-                         f"| {entropy} "
-                         f"| {r['layer_grad_ratio']:.2f} | {r['aggregator_grad_share']:.2f} | {r['grad_norm']:.2f} |")
+                         f"| {entropy} | {gain} "
+                         f"| {ratio} | {r['aggregator_grad_share']:.2f} | {r['grad_norm']:.2f} |")
     return "\n".join(lines)
 
 
 def cli_main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="capsagg-health", description=__doc__.splitlines()[0])
     parser.add_argument("--data", required=True, help="a fairseq data-bin with a valid split")
-    parser.add_argument("--shapes", nargs="+", choices=tuple(SHAPES), default=list(SHAPES))
-    parser.add_argument("--families", nargs="+", choices=tuple(families()), default=list(families()))
+    parser.add_argument("--shapes", nargs="+", choices=tuple(SHAPES), default=list(SHAPES),
+                        help="the shapes of every family (default all)")
+    parser.add_argument("--families", nargs="+", choices=tuple(families()), default=list(families()),
+                        help="the families (default all)")
     parser.add_argument("--model-args", default="", help="extra model flags for every architecture")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--max-tokens", type=int, default=2048)
+    parser.add_argument("--seed", type=int, default=1, help="the seed every model is built with (default 1)")
+    parser.add_argument("--max-tokens", type=int, default=2048, help="tokens of the one batch (default 2048)")
+    parser.add_argument("--path", default=None, help="a trained checkpoint: its report as it is, instead of "
+                                                     "every architecture at init")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    archs = [f"transformer_{family}_{shape}" for shape in args.shapes for family in args.families]
-    report = health_report(archs, args.data, args.model_args.split(), args.seed, args.max_tokens)
+    if args.path:
+        report = checkpoint_report(args.path, args.data, args.max_tokens)
+    else:
+        archs = [f"transformer_{family}_{shape}" for shape in args.shapes for family in args.families]
+        report = health_report(archs, args.data, args.model_args.split(), args.seed, args.max_tokens)
     print(json.dumps(report, indent=2) if args.json else format_report(report))
     return 0
 

@@ -22,7 +22,7 @@ from ..aggregators import (
     validated_settings,
 )
 from ..aggregators.settings import distinct_fields, flag_name
-from .dense_connections import DenseConnections
+from .dense_connections import DenseConnections, ResidualStreams
 from .warm_start import fill_missing_keys
 
 logger = logging.getLogger(__name__)
@@ -69,6 +69,12 @@ class Placement(NamedTuple):
     @property
     def flag(self) -> str:
         return f"--{self.side}-dense-connections" if self.between_blocks else f"--{self.side}-aggregation"
+
+
+def keeps_streams(cls: Type[LayerAggregator]) -> bool:
+    """Whether a between-blocks connection keeps residual streams (hyper-connections) rather than reading a
+    history of block outputs."""
+    return getattr(cls, "keeps_streams", False)
 
 
 class SideAggregation(NamedTuple):
@@ -135,6 +141,18 @@ def read_side(args: Any, side: str, stack: StackSettings) -> SideAggregation:
             raise AggregationConfigError(
                 f"--checkpoint-activations cannot be combined with {chosen.flag} {chosen.name}: "
                 "the connections run as hooks that a recomputed block would not replay")
+    if plan.dense is not None and keeps_streams(plan.dense.cls):
+        if not plan.normalize_before:
+            raise AggregationConfigError(
+                f"{plan.dense.flag} {plan.dense.name}: its residual streams replace the residual connections of "
+                f"pre-norm blocks; add --{side}-normalize-before (its transformer_{plan.dense.cls.family}_* "
+                "architectures are pre-norm at every shape)")
+        half = (values.get("fp16") or values.get("bf16")) and not values.get("amp")
+        if values.get("weight_decay", 0) > 0 and half:
+            raise AggregationConfigError(
+                f"--weight-decay {values['weight_decay']} with {plan.dense.flag} {plan.dense.name} and --fp16/--bf16: "
+                "fairseq's half-precision optimizer cannot exempt the static stream weights from weight decay; "
+                "use --amp, or --weight-decay 0")
     if plan.dense is not None and plan.dense.cls.multiway and values.get("cross_self_attention"):
         raise AggregationConfigError(
             f"{plan.dense.flag} {plan.dense.name}: feeds the query, key and value of a block's self-attention, "
@@ -205,7 +223,8 @@ class AggregatingStack(nn.Module):
         if plan.dense is not None:
             connections = make_dense_connections(plan.dense.cls, plan.embed_dim, len(self.layers), plan.dense.settings,
                                                  plan.side)
-            self.dense_connections = DenseConnections(connections, self.layers, plan.normalize_before)
+            self.dense_connections = (ResidualStreams(connections, self.layers) if keeps_streams(plan.dense.cls)
+                                      else DenseConnections(connections, self.layers, plan.normalize_before))
         if plan.output is None:
             return
         output, stack = plan.output, plan.stack

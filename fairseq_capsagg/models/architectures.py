@@ -13,6 +13,9 @@ emrouting      ``--*-aggregation em-routing``              Algorithm 2, Table 1 
 dwa            ``--*-dense-connections dwa``               DenseFormer (2024)
 depthattn      ``--*-dense-connections depth-attention``   attention residuals (2026)
 mudd           ``--*-dense-connections mudd``              MUDDFormer (2025)
+dlcl           ``--*-dense-connections dlcl``              DLCL (Wang et al. 2019)
+hc             ``--*-dense-connections hyper-connections`` hyper-connections (2025); pre-norm
+mhc            ``--*-dense-connections mhc``               mHC (2025); pre-norm
 =============  ==========================================  ====================================
 
 =====  ============================================================================
@@ -42,7 +45,7 @@ from fairseq.models.transformer import (
     transformer_wmt_en_de,
 )
 
-from ..aggregators import aggregator_class, families
+from ..aggregators import families, family_class
 from .capsagg_transformer import capsagg_base_architecture
 
 MODEL_NAME = "capsagg_transformer"
@@ -90,13 +93,16 @@ SHAPES: Dict[str, Callable] = {
 }
 
 
-def _make_architecture(aggregation: str, shape: Callable) -> Callable:
-    between_blocks = aggregator_class(aggregation).architecture_placement == "between-blocks"
-    flag = "dense_connections" if between_blocks else "aggregation"
+def _make_architecture(family: str, shape: Callable) -> Callable:
+    cls = family_class(family)
+    flag = "dense_connections" if cls.architecture_placement == "between-blocks" else "aggregation"
+    pre_norm = getattr(cls, "needs_pre_norm", False)  # residual streams: every shape is pre-norm
 
     def architecture(args) -> None:
         for side in ("encoder", "decoder"):
-            setattr(args, f"{side}_{flag}", getattr(args, f"{side}_{flag}", aggregation))
+            setattr(args, f"{side}_{flag}", getattr(args, f"{side}_{flag}", cls.name))
+            if pre_norm:
+                setattr(args, f"{side}_normalize_before", getattr(args, f"{side}_normalize_before", True))
         shape(args)
         capsagg_base_architecture(args)
 
@@ -104,9 +110,9 @@ def _make_architecture(aggregation: str, shape: Callable) -> Callable:
 
 
 ARCHITECTURES: Dict[str, Callable] = {}
-for _family, _aggregation in families().items():
+for _family in families():
     for _shape_name, _shape in SHAPES.items():
         _name = f"transformer_{_family}_{_shape_name}"
         ARCHITECTURES[_name] = register_model_architecture(MODEL_NAME, _name)(
-            _make_architecture(_aggregation, _shape)
+            _make_architecture(_family, _shape)
         )

@@ -70,3 +70,49 @@ class DenseConnections(nn.Module):
         if self.normalize_before:
             streams = [block.self_attn_layer_norm(stream) for stream in streams]
         return args, dict(kwargs, query=streams[0], key=streams[1], value=streams[2])
+
+
+class ResidualStreams(nn.Module):
+    """Connections that keep n residual streams (hyper-connections, mHC) on fairseq's own layers.
+
+    * a forward pre-hook on block l reads its input from the streams (the first block's starts them as
+      n copies of the embedding output) in place of what fairseq passes it;
+    * a forward hook on block l writes its output back into the streams and returns the connection's
+      readout of them, which fairseq records as the block's output and passes on (after the top
+      block: the stack's output).
+
+    Everything works per position, so incremental decoding runs the streams of the current position only.
+    """
+
+    def __init__(self, connections: List[LayerAggregator], layers: nn.ModuleList):
+        super().__init__()
+        if len(connections) != len(layers):
+            raise ValueError(f"{len(connections)} connections for {len(layers)} blocks")
+        self.connections = nn.ModuleList(connections)
+        self.streams: Optional[Tensor] = None  # (T, B, n, C)
+        self.block_input: Optional[Tensor] = None
+        self.weights: Optional[Tuple[Tensor, Tensor, Tensor]] = None
+        for index, layer in enumerate(layers):
+            layer.register_forward_pre_hook(functools.partial(self._read, index), with_kwargs=True)
+            layer.register_forward_hook(functools.partial(self._write, index))
+
+    def _read(self, index: int, block: nn.Module, args: Tuple[Any, ...],
+              kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
+        connection = self.connections[index]
+        x = args[0] if args else kwargs["x"]
+        if index == 0:
+            self.streams = connection.expand(x)
+        self.weights = connection.weights(self.streams)
+        self.block_input = connection.read(self.streams, self.weights)
+        if args:
+            return (self.block_input, *args[1:]), kwargs
+        return args, dict(kwargs, x=self.block_input)
+
+    def _write(self, index: int, block: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
+        connection = self.connections[index]
+        newest = output[0] if isinstance(output, tuple) else output
+        self.streams = connection.write(self.streams, self.weights, self.block_input, newest)
+        state = connection.output(self.streams)
+        if index == len(self.connections) - 1:
+            self.streams = self.block_input = self.weights = None
+        return (state, *output[1:]) if isinstance(output, tuple) else state

@@ -7,15 +7,18 @@
 * :mod:`.safe_checkpoints`: torch's ``weights_only`` loader accepts the few globals fairseq
   writes into checkpoints, and nothing else.
 * :mod:`.interactive_guard`: ``fairseq-interactive`` keeps translating past lines it cannot read
-  (with :mod:`.input_repair`).
+  (with :mod:`fairseq_capsagg.input_repair`).
+* :mod:`.weight_decay`: parameters marked ``no_weight_decay`` (the residual streams' static weights)
+  get no weight decay.
 
-None of them changes what a stock fairseq flag does (see ``tests/test_patches.py``).
+None of them changes what a stock fairseq flag does (see ``tests/integration/test_patches.py``).
 """
 
 from .cli_errors import install_error_hook
 from .durable_checkpoints import install_atomic_checkpoint_copies
 from .interactive_guard import install_interactive_guard
 from .safe_checkpoints import allow_fairseq_checkpoint_globals
+from .weight_decay import install_weight_decay_exemptions
 
 
 def install() -> None:
@@ -24,3 +27,4 @@ def install() -> None:
     install_atomic_checkpoint_copies()
     allow_fairseq_checkpoint_globals()
     install_interactive_guard()
+    install_weight_decay_exemptions()

@@ -1,8 +1,13 @@
-"""The plugin's model flags as a Markdown table, read from the parser fairseq builds (the README's
-flags table is this output: ``python -m fairseq_capsagg.tools.flags``, tested to match)."""
+"""The plugin's model flags as a Markdown table, read from the parser fairseq builds.
+
+The README's flags table is this output (tested to match): ``python -m fairseq_capsagg.tools.flags``
+prints it, ``--write README.md`` replaces the table between its ``<!-- flags:begin/end -->`` markers.
+"""
 
 import argparse
-from typing import List
+import re
+from pathlib import Path
+from typing import List, Optional
 
 from fairseq.models.transformer import TransformerModel
 
@@ -40,5 +45,25 @@ def flags_table() -> str:
     return "\n".join(rows) + "\n"
 
 
+def write_into(path: Path) -> None:
+    """Replaces the text between ``<!-- flags:begin -->`` and ``<!-- flags:end -->`` in ``path``."""
+    text = path.read_text(encoding="utf-8")
+    updated, count = re.subn(r"(<!-- flags:begin -->\n).*?(<!-- flags:end -->)",
+                             lambda m: m.group(1) + flags_table() + m.group(2), text, flags=re.S)
+    if count != 1:
+        raise SystemExit(f"flags: error: {path} has no <!-- flags:begin --> ... <!-- flags:end --> block")
+    path.write_text(updated, encoding="utf-8")
+
+
+def cli_main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="flags", description=__doc__.splitlines()[0])
+    parser.add_argument("--write", type=Path, default=None, help="replace the flags table of this Markdown file")
+    args = parser.parse_args(argv)
+    if args.write:
+        write_into(args.write)
+    else:
+        print(flags_table(), end="")
+
+
 if __name__ == "__main__":
-    print(flags_table(), end="")
+    cli_main()

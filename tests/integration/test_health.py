@@ -4,8 +4,9 @@ import math
 
 import pytest
 
-from fairseq_capsagg.analysis.health import cli_main, health_report
-from helpers import FAMILIES
+from fairseq_capsagg.aggregators import family_class
+from fairseq_capsagg.analysis.health import checkpoint_report, cli_main, health_report
+from helpers import FAMILIES, train
 
 
 SHAPES = ("small", "base")
@@ -38,14 +39,17 @@ def test_no_aggregate_is_swamped_by_the_layer_norm_eps(report, family, shape):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_transformer_layers_get_a_gradient_like_the_vanilla_models(report, family, shape):
     result = report[f"transformer_{family}_{shape}"]
-    assert 0.5 <= result["layer_grad_ratio"] <= 2.0, result
+    # DLCL starts as its paper's uniform average of the normalised layers, not as the Transformer: each layer
+    # then reaches the loss through a 1/L share, and its layers get 0.2-0.3x the vanilla gradient (measured)
+    low = 0.1 if not family_class(family).starts_as_transformer else 0.5
+    assert low <= result["layer_grad_ratio"] <= 2.0, result
     assert 0.0 <= result["aggregator_grad_share"] < 0.9
     assert math.isfinite(result["grad_norm"]) and result["grad_norm"] > 0
 
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_identity_preserving_aggregators_start_at_the_vanilla_loss(report, shape):
-    for family in ("linagg", "dyncomb", "dwa", "depthattn", "mudd"):
+    for family in ("linagg", "dyncomb", "dwa", "depthattn", "mudd", "hc", "mhc"):
         result = report[f"transformer_{family}_{shape}"]
         assert result["loss"] == pytest.approx(result["vanilla_loss"], abs=1e-3)
         assert result["layer_grad_ratio"] == pytest.approx(1.0, abs=1e-3)
@@ -101,3 +105,24 @@ def test_softmax_over_input_capsules_is_healthy_and_its_entropy_is_over_layers(t
         assert out["eps_share"] < 0.01 and out["normalised_std"] > 0.5, (side, out)
         # over L = 6 layers and divided by ln L: within [0, 1] (over N it would exceed 1)
         assert 0.0 < out["agreement_entropy"] <= 1.0 + 1e-6, (side, out)
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("family", ["hc", "mhc"])
+def test_residual_streams_start_with_a_composite_gain_of_one(report, family, shape):
+    outputs = report[f"transformer_{family}_{shape}"]["outputs"]
+    assert outputs["encoder"]["stream_gain"] == outputs["decoder"]["stream_gain"] == 1.0  # every mixing is I
+    assert "stream_gain" not in report[f"transformer_dwa_{shape}"]["outputs"]["encoder"]
+
+
+@pytest.mark.parametrize("family", ["hc", "mhc"])
+def test_a_trained_checkpoint_reports_its_stream_gain(family, tiny_data_bin, tmp_path, capsys):
+    train(tiny_data_bin, tmp_path, f"transformer_{family}_small", "--residual-streams", "2", "--lr", "3e-2")
+    checkpoint = str(tmp_path / "checkpoint_last.pt")
+    gains = [checkpoint_report(checkpoint, str(tiny_data_bin))[checkpoint]["outputs"][side]["stream_gain"]
+             for side in ("encoder", "decoder")]
+    assert all(math.isfinite(g) and g > 0 for g in gains)
+    if family == "mhc":  # doubly stochastic mixing: the product keeps row and column sums near 1
+        assert all(abs(g - 1.0) < 0.05 for g in gains), gains
+    assert cli_main(["--data", str(tiny_data_bin), "--path", checkpoint]) == 0
+    assert "| stream gain |" in capsys.readouterr().out

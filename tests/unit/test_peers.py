@@ -18,19 +18,13 @@ from fairseq_capsagg.aggregators import (
     build_dense_connections,
 )
 from fairseq_capsagg.models.aggregating_stack import AggregationPlan
+from blocks import randomise, reference_block
 from helpers import build_tiny_model, parse_model_args, random_tokens
 
 PEERS = {"dwa": [], "depth-attention": [], "depth-attention dynamic": ["--depth-attention-query", "dynamic"],
          "mudd": []}
 FAMILY = {"dwa": "dwa", "depth-attention": "depthattn", "mudd": "mudd"}
 NORMS = {"post-norm": [], "pre-norm": ["--encoder-normalize-before", "--decoder-normalize-before"]}
-
-
-def randomise(module: torch.nn.Module, seed: int = 0) -> None:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(0.5 * torch.randn(p.shape, generator=g))
 
 
 def rms(x: torch.Tensor) -> torch.Tensor:
@@ -98,21 +92,6 @@ def test_mudd_feeds_four_streams_except_after_the_top_block():
     connections = build_dense_connections("mudd", 8, 4)
     assert [(c.num_layers, c.streams) for c in connections] == [(2, 4), (3, 4), (4, 4), (5, 1)]
     assert build_aggregator("mudd", 8, 4).streams == 1
-
-
-def reference_block(layer, streams, padding_mask):
-    """A fairseq encoder block fed separate query, key, value and residual inputs, as MUDDFormer's blocks."""
-    query, key, value, residual = streams
-    if layer.normalize_before:
-        query, key, value = (layer.self_attn_layer_norm(x) for x in (query, key, value))
-    attended = layer.self_attn.forward(query=query, key=key, value=value, key_padding_mask=padding_mask,
-                                       need_weights=False)[0]
-    h = residual + attended
-    if not layer.normalize_before:
-        h = layer.self_attn_layer_norm(h)
-    y = layer.final_layer_norm(h) if layer.normalize_before else h
-    out = h + layer.fc2(layer.activation_fn(layer.fc1(y)))
-    return out if layer.normalize_before else layer.final_layer_norm(out)
 
 
 @pytest.mark.parametrize("norm", NORMS)
@@ -222,7 +201,8 @@ def test_impossible_dense_settings_are_refused_before_building(extra, pattern):
 
 
 def test_an_aggregator_that_cannot_connect_blocks_is_refused_with_the_allowed_values():
-    allowed = r"'em-routing' cannot connect blocks; choose one of none, dwa, depth-attention, mudd"
+    allowed = (r"'em-routing' cannot connect blocks; choose one of none, dwa, depth-attention, mudd, dlcl, "
+               r"hyper-connections, mhc")
     with pytest.raises(AggregationConfigError, match=f"^{allowed}$"):  # the registry knows no flags
         build_dense_connections("em-routing", 8, 3, side="decoder")
     args = parse_model_args("transformer_dwa_small")

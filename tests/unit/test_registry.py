@@ -26,10 +26,11 @@ from helpers import build_tiny_model, parse_model_args
 
 def test_choices_families_and_architectures_come_from_the_registry():
     assert aggregation_choices() == ["none", "linear", "dynamic", "dynamic-routing", "em-routing",
-                                     "dwa", "depth-attention", "mudd"]
-    assert dense_connection_choices() == ["none", "dwa", "depth-attention", "mudd"]
+                                     "dwa", "depth-attention", "mudd", "dlcl"]  # the residual streams connect blocks only
+    assert dense_connection_choices() == ["none", "dwa", "depth-attention", "mudd", "dlcl", "hyper-connections", "mhc"]
     assert families() == {"linagg": "linear", "dyncomb": "dynamic", "dynrouting": "dynamic-routing",
-                          "emrouting": "em-routing", "dwa": "dwa", "depthattn": "depth-attention", "mudd": "mudd"}
+                          "emrouting": "em-routing", "dwa": "dwa", "depthattn": "depth-attention", "mudd": "mudd",
+                          "dlcl": "dlcl", "hc": "hyper-connections", "mhc": "mhc"}
     assert sorted(ARCHITECTURES) == sorted(f"transformer_{f}_{s}" for f in families() for s in ("base", "big", "small"))
 
 

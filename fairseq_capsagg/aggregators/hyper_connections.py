@@ -1,0 +1,75 @@
+"""Hyper-connections (Zhu et al., "Hyper-Connections", ICLR 2025)."""
+
+from typing import Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .normalisation import rms_normalise
+from .registry import register_aggregator
+from .streams import StreamConnection, StreamSettings
+
+
+@register_aggregator
+class HyperConnections(StreamConnection):
+    """One block's hyper-connection: the matrix [[0, B], [A_m, A_r]] of Zhu et al. (Eqs. 1-5), static plus
+    dynamic weights (their DHC, Eqs. 10-13).
+
+    a = A_m, r = A_r and b = B of :mod:`.streams`; the static part starts as A_m one-hot on stream
+    (l mod n), A_r = I and B = 1, the pre-norm Transformer exactly. The dynamic part of stream i is
+    s_a tanh(norm(H_i) W_a) for its row [A_m,i, A_r,i.] and s_b tanh(norm(H_i) W_b) for B_i, with W = 0
+    and s = 0.01 at the start (the paper's), computed in fp32. ``norm`` is an RMS normalisation without a
+    learned scale. The static weights are marked ``no_weight_decay`` (decaying A_r and B towards 0 is what
+    made the paper's runs unstable).
+    """
+
+    name = "hyper-connections"
+    family = "hc"
+    label = "Hyper-connections"
+
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True):
+        super().__init__(embed_dim, num_streams, home, dynamic)
+        read = torch.zeros(num_streams)
+        read[home] = 1.0
+        self.static_read = nn.Parameter(read)
+        self.static_mix = nn.Parameter(torch.eye(num_streams))
+        self.static_write = nn.Parameter(torch.ones(num_streams))
+        for static in (self.static_read, self.static_mix, self.static_write):
+            static.no_weight_decay = True
+        if dynamic:
+            self.dynamic_read_mix = nn.Linear(embed_dim, num_streams + 1, bias=False)
+            self.dynamic_write = nn.Linear(embed_dim, 1, bias=False)
+            nn.init.zeros_(self.dynamic_read_mix.weight)
+            nn.init.zeros_(self.dynamic_write.weight)
+            self.read_mix_scale = nn.Parameter(torch.tensor(0.01))
+            self.write_scale = nn.Parameter(torch.tensor(0.01))
+
+    @classmethod
+    def multiply_adds(cls, embed_dim: int, num_layers: int, settings: StreamSettings) -> float:
+        """One block's read, mix, write and readout, and the dynamic weights (norm and two projections)."""
+        n = settings.residual_streams
+        static = (n + n * n + 2 * n + n) * embed_dim
+        dynamic = (n + n * (n + 2)) * embed_dim if settings.stream_weights == "dynamic" else 0
+        return static + dynamic
+
+    @classmethod
+    def between_blocks_multiply_adds(cls, embed_dim: int, num_blocks: int, settings: StreamSettings) -> float:
+        return num_blocks * cls.multiply_adds(embed_dim, 1, settings)
+
+    def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        shape = streams.shape[:2]
+        read = self.static_read.float().expand(*shape, self.num_streams)
+        mix = self.static_mix.float().expand(*shape, self.num_streams, self.num_streams)
+        write = self.static_write.float().expand(*shape, self.num_streams)
+        if self.dynamic:
+            normed = rms_normalise(streams)  # (T, B, n, C) fp32
+            read_mix = self.read_mix_scale.float() * torch.tanh(normed @ self.dynamic_read_mix.weight.float().t())
+            read = read + read_mix[..., 0]
+            mix = mix + read_mix[..., 1:]
+            write = write + self.write_scale.float() * torch.tanh(normed @ self.dynamic_write.weight.float().t())[..., 0]
+        return read, mix, write
+
+    def mixing(self, streams=None) -> Tensor:
+        if streams is None or not self.dynamic:
+            return self.static_mix.float()
+        return self.weights(streams)[1].mean(dim=(0, 1))

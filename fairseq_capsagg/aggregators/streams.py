@@ -1,0 +1,93 @@
+"""What hyper-connections and mHC share: n residual streams between pre-norm blocks.
+
+The hidden state of a stack becomes H in R^{n x d} per position (n copies of the embedding output at
+the start). Before block l its input is read from the streams, h = sum_i a_i H_i; after it, with the
+block's output y = h + F(h) (a pre-norm block adds its sublayers to its input), the streams become
+H'_j = sum_i r_{ij} H_i + b_j F(h). Each connection here holds the weights (a, r, b) of one block and
+one readout vector that turns H into the stack's state after that block (what fairseq records as the
+block's output and passes on). The update is computed as b_j y + (sum_i r_{ij} H_i - b_j h), so that
+with a one-hot, r = I and b = 1 the streams stay exact copies of the Transformer's residual stream and
+the model computes exactly what the Transformer computes.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar, Optional, Tuple
+
+import torch
+from torch import Tensor, nn
+
+from .base import LayerAggregator
+from .settings import Settings, setting
+
+
+@dataclass
+class StreamSettings(Settings):
+    """The settings of every connection with residual streams."""
+
+    residual_streams: int = setting(4, "hyper-connections, mHC: residual streams n per position (n-fold residual "
+                                       "memory)", metavar="N")
+    stream_weights: str = setting(
+        "dynamic", "hyper-connections, mHC: static weights only, or static plus weights computed from the streams at "
+                   "each position (dynamic, the papers')", choices=("static", "dynamic"))
+
+
+class StreamConnection(LayerAggregator):
+    """One block's connection to the residual streams (see the module docstring)."""
+
+    Settings = StreamSettings
+    placements: ClassVar[Tuple[str, ...]] = ("between-blocks",)
+    architecture_placement = "between-blocks"
+    #: A block's increment F(h) = y - h is the sum of its sublayers only in a pre-norm block.
+    needs_pre_norm: ClassVar[bool] = True
+    #: The connections keep the streams H instead of reading a history of block outputs.
+    keeps_streams: ClassVar[bool] = True
+
+    @classmethod
+    def validate(cls, settings: StreamSettings, embed_dim: int, side: str = "") -> None:
+        super().validate(settings, embed_dim, side)
+        settings.require("residual_streams", settings.residual_streams >= 1, "it must be an integer >= 1")
+
+    @classmethod
+    def connect_blocks(cls, embed_dim: int, num_blocks: int, settings: StreamSettings):
+        """One connection per block; block l reads stream l mod n at the start."""
+        return [cls(embed_dim, settings.residual_streams, home=block % settings.residual_streams,
+                    dynamic=settings.stream_weights == "dynamic") for block in range(num_blocks)]
+
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True):
+        super().__init__(embed_dim, 1)
+        self.num_streams = num_streams
+        self.dynamic = dynamic
+        readout = torch.zeros(num_streams)
+        readout[0] = 1.0
+        self.readout = nn.Parameter(readout)  # the stack's state after this block: sum_i readout_i H_i
+        self.readout.no_weight_decay = True
+
+    def expand(self, x: Tensor) -> Tensor:
+        """(T, B, C) embedding output -> (T, B, n, C) streams, n copies."""
+        return x.unsqueeze(2).expand(*x.shape[:2], self.num_streams, x.shape[-1]).contiguous()
+
+    def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """(a, r, b) in fp32 at every position: (T, B, n), (T, B, n, n) and (T, B, n)."""
+        raise NotImplementedError
+
+    def read(self, streams: Tensor, weights: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
+        """The block's input h = sum_i a_i H_i, (T, B, C)."""
+        return torch.einsum("tbn,tbnc->tbc", weights[0].to(streams.dtype), streams)
+
+    def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor, Tensor], block_input: Tensor,
+              block_output: Tensor) -> Tensor:
+        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C)."""
+        _, mix, out = (w.to(streams.dtype) for w in weights)
+        kept = torch.einsum("tbij,tbic->tbjc", mix, streams) - out.unsqueeze(-1) * block_input.unsqueeze(2)
+        return out.unsqueeze(-1) * block_output.unsqueeze(2) + kept
+
+    def output(self, streams: Tensor) -> Tensor:
+        """The stack's state after this block, sum_i readout_i H_i, (T, B, C)."""
+        return torch.einsum("n,tbnc->tbc", self.readout.to(streams.dtype), streams)
+
+    def mixing(self, streams: Optional[Tensor] = None) -> Tensor:
+        """The stream-mixing matrix r of this block, mean over positions (health: the composite gain)."""
+        raise NotImplementedError
+
+    def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
+        raise TypeError(f"{type(self).__name__} connects blocks through residual streams; it aggregates no layers")

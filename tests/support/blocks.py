@@ -1,0 +1,25 @@
+"""Slow references of fairseq's encoder blocks and randomised parameters, for the connection tests."""
+
+import torch
+
+
+def randomise(module: torch.nn.Module, seed: int = 0) -> None:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(0.5 * torch.randn(p.shape, generator=g))
+
+
+def reference_block(layer, streams, padding_mask):
+    """A fairseq encoder block fed separate query, key, value and residual inputs, as MUDDFormer's blocks."""
+    query, key, value, residual = streams
+    if layer.normalize_before:
+        query, key, value = (layer.self_attn_layer_norm(x) for x in (query, key, value))
+    attended = layer.self_attn.forward(query=query, key=key, value=value, key_padding_mask=padding_mask,
+                                       need_weights=False)[0]
+    h = residual + attended
+    if not layer.normalize_before:
+        h = layer.self_attn_layer_norm(h)
+    y = layer.final_layer_norm(h) if layer.normalize_before else h
+    out = h + layer.fc2(layer.activation_fn(layer.fc1(y)))
+    return out if layer.normalize_before else layer.final_layer_norm(out)

@@ -1,0 +1,264 @@
+"""Hyper-connections and mHC: the exact Transformer start, each block against a loop written from the
+papers, Sinkhorn against a slow reference, fp32 under half precision, the gate, weight decay and the
+refusals."""
+
+import pytest
+import torch
+from fairseq import optim
+from fairseq.optim.adam import FairseqAdamConfig
+from omegaconf import OmegaConf, open_dict
+
+from fairseq_capsagg.aggregators import (
+    AggregationConfigError,
+    HyperConnections,
+    ManifoldHyperConnections,
+    build_dense_connections,
+    sinkhorn,
+)
+from fairseq_capsagg.models.aggregating_stack import AggregationPlan
+from fairseq_capsagg.patches.weight_decay import exempt_from_weight_decay
+from blocks import reference_block
+from helpers import build_tiny_model, parse_model_args, random_tokens
+
+FAMILIES = {"hc": "hyper-connections", "mhc": "mhc"}
+NONE = ["--encoder-dense-connections", "none", "--decoder-dense-connections", "none"]
+
+
+def perturb(module: torch.nn.Module, seed: int = 0, scale: float = 0.3) -> None:
+    """Moves every weight away from its start (the static weights keep their structure)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.add_(scale * torch.randn(p.shape, generator=g))
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("streams", ["1", "2", "4"])
+@pytest.mark.parametrize("weights", ["static", "dynamic"])
+def test_a_fresh_model_is_exactly_the_pre_norm_transformer(family, streams, weights):
+    flags = ["--residual-streams", streams, "--stream-weights", weights]
+    model, dictionary = build_tiny_model(f"transformer_{family}_base", flags)
+    vanilla, _ = build_tiny_model(f"transformer_{family}_base", flags + NONE)
+    assert model.encoder.layers[0].normalize_before  # pre-norm at the base shape too
+    vanilla.load_state_dict({k: v for k, v in model.state_dict().items() if ".dense_connections." not in k})
+    src = random_tokens(dictionary, [6, 3], seed=5)
+    prev = random_tokens(dictionary, [5, 5], seed=6, bos=True)
+    with torch.no_grad():
+        got, _ = model(src, src.ne(1).sum(1), prev)
+        expected, _ = vanilla(src, src.ne(1).sum(1), prev)
+    assert torch.equal(got, expected)
+
+
+def loop_reference(connection, streams: torch.Tensor, block) -> torch.Tensor:
+    """One block of hyper-connections by position and stream, from the papers' equations: h = sum_i a_i H_i,
+    H'_j = sum_i r_ij H_i + b_j F(h) with F(h) = block(h) - h."""
+    T, B, n, C = streams.shape
+    out = torch.zeros(streams.shape, dtype=torch.float64)
+    a, r, b = (w.double() for w in connection.weights(streams))
+    for t in range(T):
+        for s in range(B):
+            h = sum(a[t, s, i] * streams[t, s, i].double() for i in range(n))
+            increment = block(h.float()).double() - h
+            for j in range(n):
+                out[t, s, j] = sum(r[t, s, i, j] * streams[t, s, i].double() for i in range(n)) + b[t, s, j] * increment
+    return out
+
+
+@pytest.mark.parametrize("cls", [HyperConnections, ManifoldHyperConnections])
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_block_matches_the_papers_loop(cls, dynamic):
+    torch.manual_seed(0)
+    connection = cls(8, 3, home=1, dynamic=dynamic)
+    perturb(connection)
+    if cls is ManifoldHyperConnections:
+        with torch.no_grad():
+            connection.gate.fill_(0.7)
+    block = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Tanh())
+    streams = torch.randn(4, 2, 3, 8)
+    weights = connection.weights(streams)
+    h = connection.read(streams, weights)
+    y = h + block(h)  # a pre-norm block: its input plus its sublayers
+    got = connection.write(streams, weights, h, y)
+    torch.testing.assert_close(got.double(), loop_reference(connection, streams, lambda x: x + block(x)),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_mhc_weights_are_the_papers_constraints_and_the_gate_interpolates_from_the_identity():
+    torch.manual_seed(1)
+    connection = ManifoldHyperConnections(8, 4, home=2)
+    perturb(connection)
+    streams = torch.randn(3, 2, 4, 8)
+    pre, post, res = connection.constrained(streams)
+    assert (pre > 0).all() and (pre < 1).all() and (post > 0).all() and (post < 2).all()
+    # r[i, j]: stream i into stream j; each new stream's weights sum to 1, each old stream's nearly
+    torch.testing.assert_close(res.sum(-2), torch.ones(3, 2, 4), rtol=0, atol=1e-5)
+    torch.testing.assert_close(res.sum(-1), torch.ones(3, 2, 4), rtol=0, atol=1e-2)
+    for gate, expected in ((0.0, (connection.home, torch.eye(4), torch.ones(4))), (1.0, (pre, res, post))):
+        with torch.no_grad():
+            connection.gate.fill_(gate)
+        for got, want in zip(connection.weights(streams), expected):
+            torch.testing.assert_close(got, want.expand_as(got), rtol=0, atol=1e-6)
+    with torch.no_grad():
+        connection.gate.fill_(0.4)
+    mix = connection.weights(streams)[1]
+    assert (mix >= 0).all()
+    torch.testing.assert_close(mix.sum(-2), torch.ones(3, 2, 4), rtol=0, atol=1e-5)  # still doubly stochastic
+
+
+@pytest.mark.parametrize("start", [0.0, -0.5])
+def test_the_gate_learns_from_its_start_and_from_below_its_clamp(start):
+    connection = ManifoldHyperConnections(8, 2, home=0)
+    perturb(connection, seed=3)
+    with torch.no_grad():
+        connection.gate.fill_(start)
+    streams = torch.randn(3, 2, 2, 8)
+    weights = connection.weights(streams)
+    h = connection.read(streams, weights)
+    connection.write(streams, weights, h, h + 1.0).pow(2).sum().backward()
+    assert connection.gate.grad is not None and connection.gate.grad.abs() > 0
+
+
+def sinkhorn_reference(logits: torch.Tensor, iterations: int) -> torch.Tensor:
+    """Sinkhorn-Knopp on one matrix in float64: alternately divide each column, then each row, by its sum."""
+    m = logits.double().exp()
+    for _ in range(iterations):
+        for j in range(m.shape[1]):
+            m[:, j] = m[:, j] / m[:, j].sum()
+        for i in range(m.shape[0]):
+            m[i] = m[i] / m[i].sum()
+    return m
+
+
+@pytest.mark.parametrize("iterations", [1, 3, 20])
+def test_sinkhorn_matches_the_slow_reference(iterations):
+    logits = 3 * torch.randn(2, 5, 4, 4, generator=torch.Generator().manual_seed(iterations))
+    got = sinkhorn(logits, iterations)
+    for index in range(2):
+        for k in range(5):
+            torch.testing.assert_close(got[index, k].double(), sinkhorn_reference(logits[index, k], iterations),
+                                       rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_sinkhorn_and_the_stream_weights_run_in_fp32_under_half_precision(dtype):
+    logits = (10 * torch.randn(3, 4, 4)).to(dtype)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        doubly = sinkhorn(logits)
+    assert doubly.dtype == torch.float32 and torch.isfinite(doubly).all()
+    torch.testing.assert_close(doubly.sum(-1), torch.ones(3, 4), rtol=0, atol=1e-5)
+    for cls in (HyperConnections, ManifoldHyperConnections):
+        connection = cls(8, 4).to(dtype)
+        weights = connection.weights(torch.randn(2, 2, 4, 8).to(dtype) * 100)
+        assert all(w.dtype == torch.float32 and torch.isfinite(w).all() for w in weights)
+
+
+def adam_config(weight_decay: float):
+    """fairseq's Adam configuration as fairseq-train hands it to ``optim.build_optimizer``."""
+    cfg = OmegaConf.structured(FairseqAdamConfig(lr=[1e-3], weight_decay=weight_decay, tpu=False))
+    with open_dict(cfg):
+        cfg._name = "adam"
+    return cfg
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_static_weights_get_no_weight_decay(family):
+    model, _ = build_tiny_model(f"transformer_{family}_small", ["--residual-streams", "2"])
+    params = list(model.parameters())
+    built = optim.build_optimizer(adam_config(0.1), params)
+    groups = built.optimizer.param_groups
+    exempt = [p for p in params if getattr(p, "no_weight_decay", False)]
+    assert len(groups) == 2 and groups[1]["weight_decay"] == 0.0 and groups[0]["weight_decay"] == 0.1
+    assert {id(p) for p in groups[1]["params"]} == {id(p) for p in exempt} and exempt
+    assert not {id(p) for p in groups[0]["params"]} & {id(p) for p in exempt}
+    before = {id(p): p.detach().clone() for p in params}
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    built.optimizer.step()  # no gradient: only weight decay moves a weight
+    assert all(torch.equal(p, before[id(p)]) for p in exempt)
+    decayed = [p for p in groups[0]["params"] if p.abs().sum() > 0]
+    assert decayed and all(not torch.equal(p, before[id(p)]) for p in decayed)
+    plain = optim.build_optimizer(adam_config(0.0), params)
+    assert len(plain.optimizer.param_groups) == 1 and exempt_from_weight_decay(plain.optimizer) == 0
+
+
+def test_the_readout_of_the_last_block_is_the_stacks_output():
+    connections = build_dense_connections("hyper-connections", 8, 3, {"residual_streams": 2})
+    assert [c.num_streams for c in connections] == [2, 2, 2]
+    streams = torch.randn(3, 2, 2, 8)
+    torch.testing.assert_close(connections[-1].output(streams), streams[:, :, 0])  # one-hot on stream 0
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--residual-streams", "0"], "--residual-streams: got 0; it must be an integer >= 1"),
+    (["--stream-weights", "both"], "invalid choice: 'both'"),
+])
+def test_bad_stream_settings_are_one_clear_line(flags, message):
+    with pytest.raises((AggregationConfigError, SystemExit)) as error:
+        build_tiny_model("transformer_hc_small", flags)
+    assert error.type is SystemExit or message in str(error.value)
+
+
+def test_residual_streams_refuse_a_post_norm_side_and_the_output_placement():
+    with pytest.raises(AggregationConfigError, match=r"--encoder-dense-connections hyper-connections: its residual "
+                                                     r"streams replace the residual connections of pre-norm blocks; "
+                                                     r"add --encoder-normalize-before"):
+        build_tiny_model("transformer_linagg_base", ["--encoder-aggregation", "none", "--decoder-aggregation", "none",
+                                                     "--encoder-dense-connections", "hyper-connections"])
+    with pytest.raises(SystemExit):  # the parser: they run between blocks only
+        parse_model_args("transformer_linagg_small", ["--encoder-aggregation", "mhc"])
+
+
+def test_half_precision_weight_decay_that_cannot_exempt_the_static_weights_is_refused():
+    adam = ["--optimizer", "adam", "--weight-decay", "0.01"]
+    args = parse_model_args("transformer_mhc_small", ["--fp16", *adam])
+    with pytest.raises(AggregationConfigError, match=r"--weight-decay 0.01 with --encoder-dense-connections mhc and "
+                                                     r"--fp16/--bf16: .* use --amp, or --weight-decay 0"):
+        AggregationPlan.from_args(args)
+    AggregationPlan.from_args(parse_model_args("transformer_mhc_small", ["--amp", *adam]))
+    AggregationPlan.from_args(parse_model_args("transformer_mhc_small", ["--fp16"]))
+
+
+def test_the_streams_hold_n_times_the_residual_stream():
+    model, dictionary = build_tiny_model("transformer_hc_small", ["--residual-streams", "3"])
+    seen = []
+    hook = model.encoder.layers[1].register_forward_pre_hook(
+        lambda m, args, kwargs: seen.append(model.encoder.dense_connections.streams.shape), with_kwargs=True)
+    src = random_tokens(dictionary, [5, 2], seed=1)
+    with torch.no_grad():
+        model.encoder(src, src_lengths=src.ne(1).sum(1))
+    hook.remove()
+    assert seen == [torch.Size([5, 2, 3, 16])]  # (T, B, n, C): n times the residual stream
+
+
+def test_the_architectures_place_the_streams_between_blocks():
+    plan = AggregationPlan.from_args(parse_model_args("transformer_hc_small"))
+    assert plan.encoder.dense.cls is HyperConnections and plan.encoder.output is None
+    assert plan.decoder.dense.settings.residual_streams == 4 and plan.decoder.dense.settings.stream_weights == "dynamic"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_an_encoder_with_streams_matches_a_loop_over_its_blocks(family):
+    """Block l reads its input from the streams and writes its output back; the readout after the top block,
+    normalised, is the encoder's output."""
+    model, dictionary = build_tiny_model(f"transformer_{family}_base", ["--residual-streams", "3"])
+    encoder = model.encoder
+    perturb(encoder.dense_connections, seed=4)
+    if family == "mhc":
+        with torch.no_grad():
+            for connection in encoder.dense_connections.connections:
+                connection.gate.fill_(0.6)
+    src = random_tokens(dictionary, [6, 3], seed=1)
+    padding_mask = src.eq(dictionary.pad())
+    with torch.no_grad():
+        got = encoder(src, src_lengths=(~padding_mask).sum(1))["encoder_out"][0]
+        x, _ = encoder.forward_embedding(src)
+        x = (x * (1 - padding_mask.unsqueeze(-1).type_as(x))).transpose(0, 1)
+        streams = torch.stack([x] * 3, dim=2)
+        for layer, connection in zip(encoder.layers, encoder.dense_connections.connections):
+            a, r, b = connection.weights(streams)
+            h = torch.einsum("tbn,tbnc->tbc", a, streams)
+            increment = reference_block(layer, [h] * 4, padding_mask) - h
+            streams = torch.einsum("tbij,tbic->tbjc", r, streams) + b.unsqueeze(-1) * increment.unsqueeze(2)
+        expected = encoder.layer_norm(torch.einsum("n,tbnc->tbc", connection.readout, streams))
+    real = ~padding_mask.t()
+    torch.testing.assert_close(got[real], expected[real], rtol=1e-4, atol=1e-4)
