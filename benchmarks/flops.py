@@ -3,7 +3,7 @@
 from dataclasses import dataclass
 from typing import Optional
 
-from fairseq_capsagg.aggregators import aggregator_class, validated_settings
+from fairseq_capsagg.aggregators import AGGREGATORS, validated_settings
 
 
 @dataclass
@@ -30,7 +30,7 @@ def aggregator_macs(name: str, d: int, layers: int, capsules: int, iters: Option
     """Multiply-adds per position of aggregator ``name`` placed as in its architectures (at the
     stack's output over ``layers`` layers, or after each of ``layers`` blocks), as the aggregator
     declares them (``iters``: the routing iterations, by default the aggregator's own default)."""
-    cls = aggregator_class(name)
+    cls = AGGREGATORS[name]
     settings = validated_settings(cls, {"output_capsules": capsules, "routing_iters": iters,
                                         "aggregation_ffn_dim": ffn or None, "capsule_rank": rank}, d)
     if cls.architecture_placement == "between-blocks":

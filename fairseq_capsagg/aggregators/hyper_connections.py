@@ -57,19 +57,12 @@ class HyperConnections(StreamConnection):
         return num_blocks * cls.multiply_adds(embed_dim, 1, settings)
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        shape = streams.shape[:2]
-        read = self.static_read.float().expand(*shape, self.num_streams)
-        mix = self.static_mix.float().expand(*shape, self.num_streams, self.num_streams)
-        write = self.static_write.float().expand(*shape, self.num_streams)
+        n, shape = self.num_streams, streams.shape[:2]
+        read, mix, write = self.static_read.float(), self.static_mix.float(), self.static_write.float()
         if self.dynamic:
             normed = rms_normalise(streams)  # (T, B, n, C) fp32
             read_mix = self.read_mix_scale.float() * torch.tanh(normed @ self.dynamic_read_mix.weight.float().t())
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]
             write = write + self.write_scale.float() * torch.tanh(normed @ self.dynamic_write.weight.float().t())[..., 0]
-        return read, mix, write
-
-    def mixing(self, streams=None) -> Tensor:
-        if streams is None or not self.dynamic:
-            return self.static_mix.float()
-        return self.weights(streams)[1].mean(dim=(0, 1))
+        return read.expand(*shape, n), mix.expand(*shape, n, n), write.expand(*shape, n)

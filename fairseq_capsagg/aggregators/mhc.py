@@ -85,11 +85,10 @@ class ManifoldHyperConnections(StreamConnection):
         return gate + (gate.clamp(0.0, 1.0) - gate).detach()
 
     def logits(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """The logits of H_pre (T, B, n), H_post (T, B, n) and H_res (T, B, n, n), fp32."""
-        n, shape = self.num_streams, streams.shape[:2]
-        pre = self.pre_logits.float().expand(*shape, n)
-        post = self.post_logits.float().expand(*shape, n)
-        res = self.res_logits.float().expand(*shape, n, n)
+        """The logits of H_pre (T, B, n), H_post (T, B, n) and H_res (T, B, n, n), fp32; with static weights
+        only, (n), (n) and (n, n), the same at every position."""
+        n = self.num_streams
+        pre, post, res = self.pre_logits.float(), self.post_logits.float(), self.res_logits.float()
         if self.dynamic:
             dynamic = rms_normalise(streams.flatten(-2)) @ self.phi.weight.float().t()
             alpha = self.alpha.float()
@@ -104,18 +103,9 @@ class ManifoldHyperConnections(StreamConnection):
         return torch.sigmoid(pre), 2 * torch.sigmoid(post), sinkhorn(res).transpose(-1, -2)
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        n, shape = self.num_streams, streams.shape[:2]
         pre, post, res = self.constrained(streams)
         gate = self.gate_value()
-        identity = torch.eye(self.num_streams, device=streams.device)
-        return self.home + gate * (pre - self.home), identity + gate * (res - identity), 1 + gate * (post - 1)
-
-    def mixing(self, streams=None) -> Tensor:
-        if streams is None:
-            n = self.num_streams
-            identity = torch.eye(n, device=self.gate.device)
-            gate = self.gate_value()
-            static = sinkhorn(self.res_logits.float()).t()
-            return identity + gate * (static - identity)
-        return self.weights(streams)[1].mean(dim=(0, 1))
-
-
+        identity = torch.eye(n, device=streams.device)
+        return ((self.home + gate * (pre - self.home)).expand(*shape, n),
+                (identity + gate * (res - identity)).expand(*shape, n, n), (1 + gate * (post - 1)).expand(*shape, n))

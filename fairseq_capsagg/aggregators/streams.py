@@ -85,9 +85,5 @@ class StreamConnection(LayerAggregator):
         """The stack's state after this block, sum_i readout_i H_i, (T, B, C)."""
         return torch.einsum("n,tbnc->tbc", self.readout.to(streams.dtype), streams)
 
-    def mixing(self, streams: Optional[Tensor] = None) -> Tensor:
-        """The stream-mixing matrix r of this block, mean over positions (health: the composite gain)."""
-        raise NotImplementedError
-
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         raise TypeError(f"{type(self).__name__} connects blocks through residual streams; it aggregates no layers")
