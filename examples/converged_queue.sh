@@ -1,17 +1,22 @@
 #!/usr/bin/env bash
-# The converged comparison's queue (capsagg-table1 --table converged), run in the background from a
-# frozen copy of the code so that edits to the checkout cannot change a row while it trains.
+# The CPU queue of the long comparisons, run in the background from a frozen copy of the code so that
+# edits to the checkout cannot change a row while it trains. Its jobs, in order (each resumable; a
+# restarted queue skips what is done):
+#
+#   1. the converged comparison's first row, the Transformer to convergence (runs/converged);
+#   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
+#      (runs/peers-streams, published to docs/results/streams/);
+#   3. every row of the converged comparison (capsagg-table1 --table converged), in its order.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
-#                                               # and start (or resume) every pending row, in order
+#                                               # and start (or resume) the queue
 #   examples/converged_queue.sh status          # the rows done and the last lines of the queue's log
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
-#   examples/converged_queue.sh stop            # end it; `start` resumes from its last checkpoints
+#   examples/converged_queue.sh stop            # end it; `start` resumes from the last checkpoints
 #
-# Everything lives under runs/ (ignored): runs/converged (the work directory, one process at a time),
-# runs/queue-code-COMMIT (the frozen code), runs/converged/queue.log. The tables are published to
-# docs/results/converged-cpu.{md,json} and converged-curves.png after every row. Extra arguments after
-# COMMIT go to capsagg-table1 (e.g. --rows).
+# Everything lives under runs/ (ignored): the work directories (one process at a time each),
+# runs/queue-code-COMMIT (the frozen code), runs/converged/queue.log. The converged table is published to
+# docs/results/converged-cpu.{md,json} and converged-curves.png after every row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -22,23 +27,35 @@ PIDFILE=$WORK/queue.pid
 
 running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
+jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows converged-baseline-s1"
+  echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
+       "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results"
+}
+
 case "${1:-status}" in
   start)
     if running; then echo "the queue is running already (pid $(cat "$PIDFILE"))"; exit 0; fi
     current=$(cat "$WORK/queue.commit" 2>/dev/null || true)
     commit=$(git rev-parse --short "${2:-${current:-HEAD}}")
-    shift $(( $# > 1 ? 2 : 1 ))
     code=$RUNS/queue-code-$commit
     if [[ ! -d $code ]]; then
       mkdir -p "$code.tmp" && git archive "$commit" | tar -x -C "$code.tmp" && mv "$code.tmp" "$code"
     fi
     mkdir -p "$WORK"
     echo "$commit" > "$WORK/queue.commit"
-    echo "[queue] $(date -u +%FT%TZ) start from $code $*" >> "$WORK/queue.log"
-    # PYTHONPATH puts the frozen package before the checkout's editable install; set -m gives the job its
+    echo "[queue] $(date -u +%FT%TZ) start from $code" >> "$WORK/queue.log"
+    # PYTHONPATH puts the frozen package before the checkout's editable install; set -m gives the queue its
     # own process group (pgid = pid), which pause/resume/stop signal with the trainings it starts
-    (set -m; cd "$code" && PYTHONPATH=$code nohup "$PYTHON" -m fairseq_capsagg.pipeline.table1 --table converged \
-      --workdir "$WORK" --publish "$ROOT/docs/results" "$@" >> "$WORK/queue.log" 2>&1 & echo $! > "$PIDFILE")
+    (set -m; cd "$code" && nohup bash -c '
+      set -e
+      while IFS= read -r job; do
+        echo "[queue] $(date -u +%FT%TZ) job: capsagg-table1 $job"
+        eval "PYTHONPATH=$0 $1 -m fairseq_capsagg.pipeline.table1 $job"
+      done
+      echo "[queue] $(date -u +%FT%TZ) every job done"' "$code" "$PYTHON" < <(jobs_of) >> "$WORK/queue.log" 2>&1 &
+      echo $! > "$PIDFILE")
     echo "started (pid $(cat "$PIDFILE"), code $commit); log: $WORK/queue.log"
     ;;
   pause|resume)
@@ -56,9 +73,11 @@ case "${1:-status}" in
     ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
-    [[ -f $WORK/stages.json ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
-print('\n'.join(k for k in d if k.startswith('train ')))" "$WORK/stages.json"
+    for stages in "$WORK/stages.json" "$RUNS/peers-streams/stages.json"; do
+      [[ -f $stages ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
+print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train ')))" "$stages"
+    done
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;
-  *) echo "usage: $0 start [COMMIT] [table1 flags] | status | pause | resume | stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start [COMMIT] | status | pause | resume | stop" >&2; exit 2 ;;
 esac
