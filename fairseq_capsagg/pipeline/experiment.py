@@ -59,7 +59,11 @@ def hparams(args: argparse.Namespace, pair: Sequence[str], remove_bpe: str, **ex
             "pair": tuple(pair), "remove_bpe": remove_bpe, **extra}
 
 
-class ConfigMismatch(RuntimeError):
+class WorkdirError(RuntimeError):
+    """A work directory that a driver cannot use."""
+
+
+class ConfigMismatch(WorkdirError):
     """A work directory holds results of another configuration."""
 
 
@@ -78,7 +82,7 @@ def check_workdir(workdir: Path, config: Dict[str, object]) -> None:
         path.write_text(json.dumps(config, indent=2))
 
 
-class WorkdirBusy(RuntimeError):
+class WorkdirBusy(WorkdirError):
     """Another process is running stages in the same work directory."""
 
 
@@ -116,3 +120,14 @@ class Stages:
         self.path.write_text(json.dumps(self.done, indent=2))
         print(f"[main-job] {name}: finished in {time.time() - start:.0f}s", flush=True)
         return result
+
+
+def open_workdir(workdir: Path, config: Dict[str, object]) -> Stages:
+    """The stages of ``workdir`` for this process, once the work directory is checked to hold results of
+    ``config`` only and no other run owns it.
+
+    Raises:
+        WorkdirError: :class:`ConfigMismatch` or :class:`WorkdirBusy`.
+    """
+    check_workdir(workdir, config)
+    return Stages(workdir)

@@ -26,7 +26,7 @@ from ..analysis import scoring
 from . import corpus as corpus_mod
 from . import fairseq_runs, report, subwords
 from .data import prepare_data, references, unpack_corpus
-from .experiment import ConfigMismatch, Stages, WorkdirBusy, add_setup_flags, apply_quick, check_workdir, hparams
+from .experiment import WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_row
 from .warm_starts import step0_losses
 
@@ -91,13 +91,8 @@ def main(argv=None) -> int:
             tarball = corpus_mod.CorpusTarball(args.corpus, "")  # the user's tarball: no checksum to check
         else:
             corpus_mod.check_corpus_dir(args.corpus, args.pair)
-        check_workdir(work, config)
-    except (corpus_mod.CorpusError, ConfigMismatch) as e:
-        print(f"main_job: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        stages = Stages(work)
-    except WorkdirBusy as e:
+        stages = open_workdir(work, config)
+    except (corpus_mod.CorpusError, WorkdirError) as e:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
     subword = subwords.subword_model(args.subwords, work)

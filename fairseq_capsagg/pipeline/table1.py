@@ -44,7 +44,7 @@ from typing import Dict, List, Optional
 from . import corpus as corpus_mod
 from . import converged, fairseq_runs, length_penalty, report
 from .data import prepare_data, references, unpack_corpus
-from .experiment import ConfigMismatch, Stages, WorkdirBusy, add_setup_flags, apply_quick, check_workdir, hparams
+from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_cells, score_row, tune_row
 from .subwords import VocabularyTooSmall
 from .warm_starts import step0_losses
@@ -326,13 +326,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     work = args.workdir
     try:
-        check_workdir(work, config_of(args))
-    except ConfigMismatch as e:
-        print(f"table1: error: {e}", file=sys.stderr)
-        return 2
-    try:
-        stages = Stages(work)
-    except WorkdirBusy as e:
+        stages = open_workdir(work, config_of(args))
+    except WorkdirError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
     # the paper's Table 1 task on the bundled En->De corpus, in sentencepiece subwords

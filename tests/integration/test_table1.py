@@ -85,8 +85,9 @@ def test_warm_started_routing_begins_at_the_baselines_loss(quick_table):
 
 def test_warm_started_dense_connections_begin_at_the_baselines_loss(quick_table):
     step0 = json.loads((quick_table / "table1.json").read_text())["warm_start_step0"]
-    for family in ("dwa", "depthattn", "mudd"):
+    for family in ("dwa", "depthattn", "mudd", "hc", "mhc"):
         assert step0[f"transformer_{family}_small"] == step0["baseline"]
+    assert step0["transformer_dlcl_small"] != step0["baseline"]  # DLCL starts as the uniform average
 
 
 def test_finished_rows_are_not_trained_again(quick_table, tmp_path):

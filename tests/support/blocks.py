@@ -23,3 +23,16 @@ def reference_block(layer, streams, padding_mask):
     y = layer.final_layer_norm(h) if layer.normalize_before else h
     out = h + layer.fc2(layer.activation_fn(layer.fc1(y)))
     return out if layer.normalize_before else layer.final_layer_norm(out)
+
+
+def encoder_and_embedding(encoder, dictionary, lengths=(6, 3)):
+    """A batch through ``encoder``: its output, its embedding output (T, B, C) with padding zeroed, as the
+    first block reads it, and the padding mask (B, T)."""
+    from helpers import random_tokens
+
+    src = random_tokens(dictionary, list(lengths), seed=1)
+    padding_mask = src.eq(dictionary.pad())
+    with torch.no_grad():
+        got = encoder(src, src_lengths=(~padding_mask).sum(1))["encoder_out"][0]
+        x, _ = encoder.forward_embedding(src)
+    return got, (x * (1 - padding_mask.unsqueeze(-1).type_as(x))).transpose(0, 1), padding_mask

@@ -113,3 +113,11 @@ def random_tokens(dictionary: Dictionary, lengths: List[int], seed: int = 0, bos
         end = torch.tensor([dictionary.eos()])
         tokens[i, :n] = torch.cat([end, body]) if bos else torch.cat([body, end])
     return tokens
+
+
+def fixed_batch_logits(model, dictionary: Dictionary) -> torch.Tensor:
+    """The model's logits on one fixed batch (sources of 6 and 3 tokens, 5 previous target tokens)."""
+    src = random_tokens(dictionary, [6, 3], seed=5)
+    prev = random_tokens(dictionary, [5, 5], seed=6, bos=True)
+    with torch.no_grad():
+        return model(src, src.ne(dictionary.pad()).sum(1), prev)[0]

@@ -4,9 +4,9 @@ earlier layers, starting as their uniform average; against a loop written from t
 import pytest
 import torch
 
-from blocks import randomise, reference_block
+from blocks import encoder_and_embedding, randomise, reference_block
 from fairseq_capsagg.aggregators import DynamicLinearCombination, build_aggregator, build_dense_connections
-from helpers import build_tiny_model, random_tokens
+from helpers import build_tiny_model
 
 NORMS = {"post-norm": [], "pre-norm": ["--encoder-normalize-before", "--decoder-normalize-before"]}
 
@@ -51,12 +51,8 @@ def test_between_blocks_matches_a_loop_over_the_blocks(norm):
     model, dictionary = build_tiny_model("transformer_dlcl_base", NORMS[norm])
     encoder = model.encoder
     randomise(encoder.dense_connections, seed=3)
-    src = random_tokens(dictionary, [6, 3], seed=1)
-    padding_mask = src.eq(dictionary.pad())
+    got, x, padding_mask = encoder_and_embedding(encoder, dictionary)
     with torch.no_grad():
-        got = encoder(src, src_lengths=(~padding_mask).sum(1))["encoder_out"][0]
-        x, _ = encoder.forward_embedding(src)
-        x = (x * (1 - padding_mask.unsqueeze(-1).type_as(x))).transpose(0, 1)
         outputs = [x]
         for layer, connection in zip(encoder.layers, encoder.dense_connections.connections):
             outputs.append(reference_block(layer, [x] * 4, padding_mask))
