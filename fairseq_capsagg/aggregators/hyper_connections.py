@@ -27,8 +27,8 @@ class HyperConnections(StreamConnection):
     family = "hc"
     label = "Hyper-connections"
 
-    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True):
-        super().__init__(embed_dim, num_streams, home, dynamic)
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
+        super().__init__(embed_dim, num_streams, home, dynamic, last)
         read = torch.zeros(num_streams)
         read[home] = 1.0
         self.static_read = nn.Parameter(read)

@@ -50,8 +50,8 @@ class ManifoldHyperConnections(StreamConnection):
     family = "mhc"
     label = "mHC"
 
-    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True):
-        super().__init__(embed_dim, num_streams, home, dynamic)
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
+        super().__init__(embed_dim, num_streams, home, dynamic, last)
         n = num_streams
         self.register_buffer("home", torch.nn.functional.one_hot(torch.tensor(home), n).float(), persistent=False)
         pre = torch.full((n,), PRE_LOGITS[1])

@@ -3,9 +3,9 @@
 The hidden state of a stack becomes H in R^{n x d} per position (n copies of the embedding output at
 the start). Before block l its input is read from the streams, h = sum_i a_i H_i; after it, with the
 block's output y = h + F(h) (a pre-norm block adds its sublayers to its input), the streams become
-H'_j = sum_i r_{ij} H_i + b_j F(h). Each connection here holds the weights (a, r, b) of one block and
-one readout vector that turns H into the stack's state after that block (what fairseq records as the
-block's output and passes on). The update is computed as b_j y + (sum_i r_{ij} H_i - b_j h), so that
+H'_j = sum_i r_{ij} H_i + b_j F(h). Each connection here holds the weights (a, r, b) of one block; the top
+block's also holds the stack's readout, the vector that turns H into the stack's state (what fairseq
+records as each block's output and passes on, and the stack's output after the top block). The update is computed as b_j y + (sum_i r_{ij} H_i - b_j h), so that
 with a one-hot, r = I and b = 1 the streams stay exact copies of the Transformer's residual stream and
 the model computes exactly what the Transformer computes.
 """
@@ -49,18 +49,20 @@ class StreamConnection(LayerAggregator):
 
     @classmethod
     def connect_blocks(cls, embed_dim: int, num_blocks: int, settings: StreamSettings):
-        """One connection per block; block l reads stream l mod n at the start."""
+        """One connection per block; block l reads stream l mod n at the start; the last holds the readout."""
         return [cls(embed_dim, settings.residual_streams, home=block % settings.residual_streams,
-                    dynamic=settings.stream_weights == "dynamic") for block in range(num_blocks)]
+                    dynamic=settings.stream_weights == "dynamic", last=block == num_blocks - 1)
+                for block in range(num_blocks)]
 
-    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True):
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
         super().__init__(embed_dim, 1)
         self.num_streams = num_streams
         self.dynamic = dynamic
-        readout = torch.zeros(num_streams)
-        readout[0] = 1.0
-        self.readout = nn.Parameter(readout)  # the stack's state after this block: sum_i readout_i H_i
-        self.readout.no_weight_decay = True
+        if last:  # the stack's readout, sum_i readout_i H_i, after every block (its output after the top one)
+            readout = torch.zeros(num_streams)
+            readout[0] = 1.0
+            self.readout = nn.Parameter(readout)
+            self.readout.no_weight_decay = True
 
     def expand(self, x: Tensor) -> Tensor:
         """(T, B, C) embedding output -> (T, B, n, C) streams, n copies."""
@@ -82,7 +84,7 @@ class StreamConnection(LayerAggregator):
         return out.unsqueeze(-1) * block_output.unsqueeze(2) + kept
 
     def output(self, streams: Tensor) -> Tensor:
-        """The stack's state after this block, sum_i readout_i H_i, (T, B, C)."""
+        """The stack's state, sum_i readout_i H_i, (T, B, C) (the top block's connection holds the readout)."""
         return torch.einsum("n,tbnc->tbc", self.readout.to(streams.dtype), streams)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:

@@ -77,9 +77,9 @@ class ResidualStreams(nn.Module):
 
     * a forward pre-hook on block l reads its input from the streams (the first block's starts them as
       n copies of the embedding output) in place of what fairseq passes it;
-    * a forward hook on block l writes its output back into the streams and returns the connection's
-      readout of them, which fairseq records as the block's output and passes on (after the top
-      block: the stack's output).
+    * a forward hook on block l writes its output back into the streams and returns the stack's readout
+      of them (held by the top block's connection), which fairseq records as the block's output and
+      passes on (after the top block: the stack's output).
 
     Everything works per position, so incremental decoding runs the streams of the current position only.
     """
@@ -112,7 +112,7 @@ class ResidualStreams(nn.Module):
         connection = self.connections[index]
         newest = output[0] if isinstance(output, tuple) else output
         self.streams = connection.write(self.streams, self.weights, self.block_input, newest)
-        state = connection.output(self.streams)
+        state = self.connections[-1].output(self.streams)  # the stack's one readout
         if index == len(self.connections) - 1:
             self.streams = self.block_input = self.weights = None
         return (state, *output[1:]) if isinstance(output, tuple) else state

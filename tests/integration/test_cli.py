@@ -71,7 +71,7 @@ def test_unknown_aggregation_is_refused_by_the_parser(tiny_data_bin, tmp_path):
      "fairseq-train: error: --aggregation-ramp-updates: got -1; it must be an integer >= 0 (0: no ramp)"),
     ("mudd", ["--encoder-dense-connections", "em-routing"],
      "argument --encoder-dense-connections: invalid choice: 'em-routing' "
-     "(choose from 'none', 'dwa', 'depth-attention', 'mudd')"),
+     "(choose from 'none', 'dwa', 'depth-attention', 'mudd', 'dlcl', 'hyper-connections', 'mhc')"),
     ("mudd", ["--depth-attention-query", "learned"],
      "argument --depth-attention-query: invalid choice: 'learned' (choose from 'static', 'dynamic')"),
     ("mudd", ["--mudd-hidden-dim", "0"],

@@ -33,8 +33,8 @@ def test_quick_main_job_writes_the_table(quick_run):
     assert rows[2]["train_seconds"] > rows[0]["train_seconds"] and rows[3]["train_seconds"] > rows[0]["train_seconds"]
     step0 = json.loads((workdir / "results.json").read_text())["warm_start_step0"]
     routing = ["transformer_dynrouting_small", "transformer_emrouting_small"]
-    identity = [f"transformer_{family}_small" for family in ("linagg", "dyncomb", "dwa", "depthattn", "mudd")]
-    assert set(step0) == {"baseline", *identity, *routing,
+    identity = [f"transformer_{family}_small" for family in ("linagg", "dyncomb", "dwa", "depthattn", "mudd", "hc", "mhc")]
+    assert set(step0) == {"baseline", *identity, *routing, "transformer_dlcl_small",
                           *[f"{arch} ({start})" for arch in routing for start in ("identity", "identity + ramp")]}
     # identity-preserving aggregators and dense connections start exactly where the baseline is
     for arch in identity:

@@ -108,7 +108,7 @@ def test_aggregators_need_no_fairseq():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert result.stdout.strip() == "none,linear,dynamic,dynamic-routing,em-routing,dwa,depth-attention,mudd"
+    assert result.stdout.strip() == "none,linear,dynamic,dynamic-routing,em-routing,dwa,depth-attention,mudd,dlcl"
 
 
 def imported_modules(path: Path):

@@ -99,7 +99,8 @@ def test_finished_rows_are_not_trained_again(quick_table, tmp_path):
 
 def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tmp_path):
     speed = tmp_path / "speed.json"
-    ratios = {"baseline": 1.0, "emrouting": 0.5, "dwa": 0.8, "depthattn": 0.9, "mudd": 0.85}
+    ratios = {"baseline": 1.0, "emrouting": 0.5, "dwa": 0.8, "depthattn": 0.9, "mudd": 0.85, "dlcl": 0.85, "hc": 0.7,
+              "mhc": 0.55}
     speed.write_text(json.dumps({"rows": [{"shape": "small", "system": s, "train_tokens_per_s_ratio": r}
                                           for s, r in ratios.items()]}))
     result = table1("--quick", "--workdir", str(quick_table), "--table", "peers", "--speed-json", str(speed),
