@@ -104,7 +104,7 @@ def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tm
     speed.write_text(json.dumps({"rows": [{"shape": "small", "system": s, "train_tokens_per_s_ratio": r}
                                           for s, r in ratios.items()]}))
     result = table1("--quick", "--workdir", str(quick_table), "--table", "peers", "--speed-json", str(speed),
-                    "--rows", "scratch-dwa-s1,time-dwa-s1", "--publish", str(tmp_path), *LENPEN)
+                    "--rows", "scratch-dwa-s1,time-dwa-s1", "--publish", str(tmp_path), "--lenpen-grid", "")
     assert "[main-job] train scratch-baseline-s1 ..." not in result.stdout  # shared with Table 1
     payload = json.loads((tmp_path / "peers-cpu.json").read_text())
     results = payload["results"]
