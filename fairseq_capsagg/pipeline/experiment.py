@@ -109,6 +109,10 @@ class Stages:
         self.path = workdir / "stages.json"
         self.done: Dict[str, object] = json.loads(self.path.read_text()) if self.path.exists() else {}
 
+    def close(self) -> None:
+        """Releases the work directory (as the process's end does)."""
+        self._lock.close()
+
     def run(self, name: str, fn, *outputs: Path):
         if name in self.done and all(p.exists() for p in outputs):
             print(f"[main-job] {name}: done already, skipped", flush=True)

@@ -1,0 +1,43 @@
+"""What every driver shares: one process per work directory, a work directory of one configuration, the
+one --quick mode."""
+
+import argparse
+import os
+
+import pytest
+
+from fairseq_capsagg.pipeline.experiment import (
+    QUICK,
+    ConfigMismatch,
+    WorkdirBusy,
+    add_setup_flags,
+    apply_quick,
+    hparams,
+    open_workdir,
+)
+
+
+def test_a_second_run_in_the_same_work_directory_is_refused_while_the_first_holds_it(tmp_path):
+    first = open_workdir(tmp_path, {"lr": 0.002})
+    with pytest.raises(WorkdirBusy, match=rf"{tmp_path} is in use by another run \(pid {os.getpid()}\)"):
+        open_workdir(tmp_path, {"lr": 0.002})
+    first.close()  # the first run ends: its lock goes with it
+    open_workdir(tmp_path, {"lr": 0.002})
+
+
+def test_a_work_directory_of_another_configuration_is_refused(tmp_path):
+    open_workdir(tmp_path / "w", {"lr": 0.002}).close()
+    with pytest.raises(ConfigMismatch, match=r"holds results of another configuration \(lr: 0.002 -> 0.01\)"):
+        open_workdir(tmp_path / "w", {"lr": 0.01})
+
+
+def test_quick_sets_only_the_flags_a_driver_has_and_hparams_follow_the_flags():
+    parser = argparse.ArgumentParser()
+    add_setup_flags(parser)
+    args = parser.parse_args(["--quick"])
+    apply_quick(args)
+    assert (args.max_update, args.beam, args.max_tokens) == (QUICK["max_update"], QUICK["beam"], QUICK["max_tokens"])
+    assert not hasattr(args, "warm_updates")  # a flag this driver lacks is not added
+    hp = hparams(args, ("en", "de"), "sentencepiece", seed=3)
+    assert hp["device_flags"] == ["--cpu"] and hp["decode_batch"] == 32 and hp["seed"] == 3 and hp["log_interval"] == 5
+    assert hparams(parser.parse_args(["--gpu"]), ("en", "de"), "sentencepiece")["decode_batch"] == 128
