@@ -57,7 +57,6 @@ class HyperConnections(StreamConnection):
         return num_blocks * cls.multiply_adds(embed_dim, 1, settings)
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        n, shape = self.num_streams, streams.shape[:2]
         read, mix, write = self.static_read.float(), self.static_mix.float(), self.static_write.float()
         if self.dynamic:
             normed = rms_normalise(streams)  # (T, B, n, C) fp32
@@ -65,4 +64,4 @@ class HyperConnections(StreamConnection):
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]
             write = write + self.write_scale.float() * torch.tanh(normed @ self.dynamic_write.weight.float().t())[..., 0]
-        return read.expand(*shape, n), mix.expand(*shape, n, n), write.expand(*shape, n)
+        return read, mix, write

@@ -103,9 +103,7 @@ class ManifoldHyperConnections(StreamConnection):
         return torch.sigmoid(pre), 2 * torch.sigmoid(post), sinkhorn(res).transpose(-1, -2)
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        n, shape = self.num_streams, streams.shape[:2]
         pre, post, res = self.constrained(streams)
         gate = self.gate_value()
-        identity = torch.eye(n, device=streams.device)
-        return ((self.home + gate * (pre - self.home)).expand(*shape, n),
-                (identity + gate * (res - identity)).expand(*shape, n, n), (1 + gate * (post - 1)).expand(*shape, n))
+        identity = torch.eye(self.num_streams, device=streams.device)
+        return self.home + gate * (pre - self.home), identity + gate * (res - identity), 1 + gate * (post - 1)

@@ -69,23 +69,25 @@ class StreamConnection(LayerAggregator):
         return x.unsqueeze(2).expand(*x.shape[:2], self.num_streams, x.shape[-1]).contiguous()
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-        """(a, r, b) in fp32 at every position: (T, B, n), (T, B, n, n) and (T, B, n)."""
+        """(a, r, b) in fp32: (T, B, n), (T, B, n, n) and (T, B, n) at every position, or (n), (n, n) and
+        (n) when they are the same everywhere (static weights only)."""
         raise NotImplementedError
 
     def read(self, streams: Tensor, weights: Tuple[Tensor, Tensor, Tensor]) -> Tensor:
         """The block's input h = sum_i a_i H_i, (T, B, C)."""
-        return torch.einsum("tbn,tbnc->tbc", weights[0].to(streams.dtype), streams)
+        return (weights[0].to(streams.dtype).unsqueeze(-1) * streams).sum(-2)
 
     def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor, Tensor], block_input: Tensor,
               block_output: Tensor) -> Tensor:
         """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C)."""
         _, mix, out = (w.to(streams.dtype) for w in weights)
-        kept = torch.einsum("tbij,tbic->tbjc", mix, streams) - out.unsqueeze(-1) * block_input.unsqueeze(2)
-        return out.unsqueeze(-1) * block_output.unsqueeze(2) + kept
+        mixed = torch.einsum("ij,tbic->tbjc" if mix.dim() == 2 else "tbij,tbic->tbjc", mix, streams)
+        kept = mixed - out.unsqueeze(-1) * block_input.unsqueeze(-2)
+        return out.unsqueeze(-1) * block_output.unsqueeze(-2) + kept
 
     def output(self, streams: Tensor) -> Tensor:
         """The stack's state, sum_i readout_i H_i, (T, B, C) (the top block's connection holds the readout)."""
-        return torch.einsum("n,tbnc->tbc", self.readout.to(streams.dtype), streams)
+        return (self.readout.to(streams.dtype).unsqueeze(-1) * streams).sum(-2)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         raise TypeError(f"{type(self).__name__} connects blocks through residual streams; it aggregates no layers")

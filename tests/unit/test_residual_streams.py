@@ -49,7 +49,8 @@ def loop_reference(connection, streams: torch.Tensor, block) -> torch.Tensor:
     H'_j = sum_i r_ij H_i + b_j F(h) with F(h) = block(h) - h."""
     T, B, n, C = streams.shape
     out = torch.zeros(streams.shape, dtype=torch.float64)
-    a, r, b = (w.double() for w in connection.weights(streams))
+    a, r, b = connection.weights(streams)  # the same at every position with static weights only
+    a, r, b = a.double().expand(T, B, n), r.double().expand(T, B, n, n), b.double().expand(T, B, n)
     for t in range(T):
         for s in range(B):
             h = sum(a[t, s, i] * streams[t, s, i].double() for i in range(n))
