@@ -3,10 +3,11 @@
 # edits to the checkout cannot change a row while it trains. Its jobs, in order (each resumable; a
 # restarted queue skips what is done):
 #
-#   1. the converged comparison's first row, the Transformer to convergence (runs/converged);
+#   1. the converged comparison's rows a and b (runs/converged): the Transformer to convergence, then the
+#      paper's protocol from its best checkpoint (the question the comparison exists for, answered first);
 #   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
 #      (runs/peers-streams, published to docs/results/streams/);
-#   3. every row of the converged comparison (capsagg-table1 --table converged), in its order.
+#   3. every other row of the converged comparison (capsagg-table1 --table converged), in its order.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
@@ -28,7 +29,9 @@ PIDFILE=$WORK/queue.pid
 running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows converged-baseline-s1"
+  local paper_protocol=converged-baseline-s1,continued-baseline,continued-linagg,continued-dyncomb
+  paper_protocol+=,continued-emrouting,continued-emrouting-encoder,continued-mudd,continued-dwa
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $paper_protocol"
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
        "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results"
