@@ -7,7 +7,8 @@
 #      paper's protocol from its best checkpoint (the question the comparison exists for, answered first);
 #   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
 #      (runs/peers-streams, published to docs/results/streams/);
-#   3. every other row of the converged comparison (capsagg-table1 --table converged), in its order.
+#   3. every other row of the converged comparison (capsagg-table1 --table converged), in its order;
+#   4. the converged comparison's rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu).
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
@@ -35,6 +36,9 @@ jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
        "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results"
+  local zhen=$paper_protocol,converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
+  echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
+       "--publish $ROOT/docs/results --rows $zhen"
 }
 
 case "${1:-status}" in
@@ -76,7 +80,7 @@ case "${1:-status}" in
     ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
-    for stages in "$WORK/stages.json" "$RUNS/peers-streams/stages.json"; do
+    for stages in "$WORK/stages.json" "$RUNS/peers-streams/stages.json" "$RUNS/converged-zhen/stages.json"; do
       [[ -f $stages ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
 print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train ')))" "$stages"
     done

@@ -195,17 +195,19 @@ class ConvergedTable:
 
     def evaluate(self, row: Row) -> Dict[str, object]:
         best = self.save_dir(row.name) / "checkpoint_best.pt"
-        args, refs = self.args, (self.raw_refs, self.num_test)
+        args, refs, tokenize = self.args, (self.raw_refs, self.num_test), self.args.sacrebleu_tokenize
         result = {**self.stages.done[f"train {row.name}"], **asdict(row),
-                  **score_row(row, args, self.data_bin, self.stages, self.hp, *refs, checkpoint=best),
+                  **score_row(row, args, self.data_bin, self.stages, self.hp, *refs, checkpoint=best,
+                              tokenize=tokenize),
                   "curve": convergence.validation_curve(segment_logs(self.log_dir(row.name))),
                   "checkpoint": str(best)}
         result["average"] = {**score_row(row, args, self.data_bin, self.stages, self.hp, *refs,
-                                         checkpoint=self.average(row), variant=".average"),
+                                         checkpoint=self.average(row), variant=".average", tokenize=tokenize),
                              **self.stages.done[f"average {row.name}"]}
         result["references"] = self.score_references(row)
         if args.lenpen_grid:
-            result["tuned"] = tune_row(row, args, self.data_bin, self.stages, self.hp, *refs, self.valid_refs, best)
+            result["tuned"] = tune_row(row, args, self.data_bin, self.stages, self.hp, *refs, self.valid_refs, best,
+                                       tokenize)
         return result
 
     def run(self, rows: List[Row], report: Callable[[Dict[str, Dict[str, object]]], None]) -> None:
@@ -230,12 +232,12 @@ class ConvergedTable:
 
     def compared(self, rows: List[Row], results: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
         """``results`` with every row compared with its reference: best checkpoints, averages, tuned."""
-        translations = self.work / "translations"
-        compare(rows, results, lambda name: translations / f"{name}.txt", self.raw_refs, self.num_test)
+        translations, refs = self.work / "translations", (self.raw_refs, self.num_test, self.args.sacrebleu_tokenize)
+        compare(rows, results, lambda name: translations / f"{name}.txt", *refs)
         averaged = {name: res["average"] for name, res in results.items()}
-        compare(rows, averaged, lambda name: translations / f"{name}.average.txt", self.raw_refs, self.num_test)
+        compare(rows, averaged, lambda name: translations / f"{name}.average.txt", *refs)
         tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
-        compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", self.raw_refs, self.num_test)
+        compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", *refs)
         return results
 
 

@@ -20,6 +20,11 @@ class CorpusTarball:
     tarball: Path
     sha256: str
 
+    @property
+    def name(self) -> str:
+        """The corpus' name: the tarball's without its version and suffixes (``debian-ende``)."""
+        return self.tarball.name.split("-v")[0]
+
 
 #: The corpora carried in the repository's ``data/`` (``data/MANIFEST.md``), by language pair;
 #: ``--source-lang``/``--target-lang`` choose one.

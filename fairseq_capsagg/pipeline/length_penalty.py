@@ -9,6 +9,8 @@ split, for every system on its own, separates the two before the test split is r
 from pathlib import Path
 from typing import Dict, Sequence
 
+from sacrebleu.metrics import BLEU
+
 from ..analysis import scoring
 from . import fairseq_runs
 
@@ -28,8 +30,10 @@ def best_length_penalty(valid_bleu: Dict[float, float]) -> float:
 
 
 def tune(data_bin: Path, checkpoint: Path, grid: Sequence[float], hparams: Dict[str, object],
-         out_dir: Path, name: str, references: Sequence[str]) -> Dict[str, object]:
-    """Decodes the ``valid`` split once per value of ``grid`` and scores each against ``references``.
+         out_dir: Path, name: str, references: Sequence[str],
+         tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, object]:
+    """Decodes the ``valid`` split once per value of ``grid`` and scores each against ``references``
+    (BLEU with sacrebleu's ``tokenize``).
 
     Returns ``{"lenpen": best, "valid_bleu": {str(lenpen): BLEU}}``; the hypotheses and logs stay
     in ``out_dir`` as ``{name}.valid.lenpen{value}.{txt,log}``.
@@ -40,6 +44,6 @@ def tune(data_bin: Path, checkpoint: Path, grid: Sequence[float], hparams: Dict[
         hyp_file, log = out_dir / f"{stem}.txt", out_dir / f"{stem}.log"
         fairseq_runs.generate(data_bin, checkpoint, hyp_file, log, dict(hparams, lenpen=lenpen), subset="valid")
         hyps, _ = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), len(references))
-        valid_bleu[lenpen] = scoring.corpus_scores(hyps, references)["bleu"]
+        valid_bleu[lenpen] = scoring.corpus_scores(hyps, references, tokenize)["bleu"]
     return {"lenpen": best_length_penalty(valid_bleu),
             "valid_bleu": {key(lenpen): bleu for lenpen, bleu in valid_bleu.items()}}

@@ -171,7 +171,7 @@ def main(argv=None) -> int:
     compare(rows, results, lambda name: work / "translations" / f"{name}.txt", raw_refs, num_test, tokenize,
             details=False)
     device = "GPU" if args.gpu else "CPU"
-    corpus_name = f"the bundled {tarball.tarball.name.split('-v')[0]} corpus" if args.corpus is None else args.corpus
+    corpus_name = f"the bundled {tarball.name} corpus" if args.corpus is None else args.corpus
     signature = scoring.signatures(tokenize)
     caption = (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"
                f" ({num_test} sentences{', --quick subset' if args.quick else ''}); {args.subwords} subwords; "

@@ -80,18 +80,19 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
 
 
 def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
-             valid_refs, checkpoint: Path) -> Dict[str, object]:
-    """The row's length penalty tuned on the validation split, and its test scores decoded with it."""
+             valid_refs, checkpoint: Path, tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, object]:
+    """The row's length penalty tuned on the validation split, and its test scores decoded with it (BLEU
+    with sacrebleu's ``tokenize`` on both splits)."""
     work = args.workdir
     hyp_file = work / "translations" / f"{row.name}.lenpen.txt"
 
     def translate():
         tuned = length_penalty.tune(data_bin, checkpoint, args.lenpen_grid, hp, work / "translations" / "lenpen",
-                                    row.name, valid_refs)
+                                    row.name, valid_refs, tokenize)
         fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.lenpen.log",
                               dict(hp, lenpen=tuned["lenpen"]))
         hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
-        return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, raw_refs)}
+        return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, raw_refs, tokenize)}
 
     grid = ",".join(map(length_penalty.key, args.lenpen_grid))
     return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)

@@ -1,5 +1,9 @@
 """The paper's Table 1 on the bundled corpus, under both protocols, and its peers, resumably.
 
+Every table runs on the bundled corpus of its pair: En->De by default (the paper's Table 1 task),
+Zh->En with ``--source-lang zh --target-lang en`` (work directory and published tables suffixed
+``-zhen``; BLEU tokenised as :func:`~fairseq_capsagg.analysis.scoring.bleu_tokenizer` says).
+
 ``--table paper`` (default), the paper's Table 1:
 
 * From scratch: the Transformer and the four aggregators trained for the same number of updates
@@ -22,6 +26,7 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
     python examples/table1.py --rows scratch-baseline-s1,warm-baseline    # some rows only
     python examples/table1.py --report-only --publish docs/results        # tables of the rows done
     python examples/table1.py --table peers --publish docs/results        # the peers (same workdir)
+    python examples/table1.py --table converged --source-lang zh --target-lang en   # runs/converged-zhen
 
 Every row is also decoded with beam search's length penalty (``--lenpen``) tuned on the validation
 split for that row alone (``--lenpen-grid``), and compared again: a system that translates too short
@@ -41,6 +46,9 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from sacrebleu.metrics import BLEU
+
+from ..analysis import scoring
 from . import corpus as corpus_mod
 from . import converged, fairseq_runs, length_penalty, report
 from .data import prepare_data, references, unpack_corpus
@@ -49,7 +57,8 @@ from .rows import Row, compare, score_cells, score_row, tune_row
 from .subwords import VocabularyTooSmall
 from .warm_starts import step0_losses
 
-#: The language pair of the tables (the paper's Table 1 task), on its bundled corpus, in sentencepiece subwords.
+#: The default language pair of the tables (the paper's Table 1 task); every table runs on the bundled corpus
+#: of its pair (``--source-lang``/``--target-lang``), in sentencepiece subwords.
 PAIR = ("en", "de")
 SUBWORDS = "sentencepiece"
 
@@ -132,6 +141,17 @@ def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, f
     return {s: rows[s]["train_tokens_per_s_ratio"] for s in systems}
 
 
+def bundled_pairs() -> str:
+    """The pairs with a bundled corpus, as the flags' help and errors write them (en-de, zh-en)."""
+    return ", ".join(f"{source}-{target}" for source, target in corpus_mod.BUNDLED)
+
+
+def pair_suffixed(stem: str, pair) -> str:
+    """``stem`` for the default pair, ``stem-{source}{target}`` for another (the work directory and the
+    published tables of each pair apart: converged, converged-zhen)."""
+    return stem if tuple(pair) == PAIR else f"{stem}-{''.join(pair)}"
+
+
 def rows_of(args: argparse.Namespace) -> List[Row]:
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
@@ -143,7 +163,12 @@ def rows_of(args: argparse.Namespace) -> List[Row]:
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="table1", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=None,
-                   help="default runs/table1 (the paper's table and the peers, which share rows), runs/converged")
+                   help="default runs/table1 (the paper's table and the peers, which share rows), runs/converged; "
+                        "for another pair than en-de suffixed with it (runs/converged-zhen)")
+    languages = sorted({lang for pair in corpus_mod.BUNDLED for lang in pair})
+    p.add_argument("--source-lang", choices=languages, default=PAIR[0],
+                   help=f"source language, a pair with a bundled corpus ({bundled_pairs()}; default {PAIR[0]})")
+    p.add_argument("--target-lang", choices=languages, default=PAIR[1], help=f"target language (default {PAIR[1]})")
     p.add_argument("--table", choices=tuple(TABLES), default="paper",
                    help="the paper's Table 1, routing against its peers (rows from scratch are shared), or the "
                         "converged comparison (fairseq_capsagg/pipeline/converged.py)")
@@ -178,8 +203,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also write the tables as DIR/{table1,peers}-{cpu,gpu}.{md,json}")
     add_setup_flags(p)
     args = p.parse_args(argv)
+    args.pair = (args.source_lang, args.target_lang)
+    if args.pair not in corpus_mod.BUNDLED:
+        p.error(f"--source-lang {args.source_lang} --target-lang {args.target_lang}: no bundled corpus of that "
+                f"pair; choose from {bundled_pairs()}")
+    args.sacrebleu_tokenize = scoring.bleu_tokenizer(args.target_lang)
     if args.workdir is None:
-        args.workdir = Path("runs/converged" if args.table == "converged" else "runs/table1")
+        args.workdir = Path("runs/" + pair_suffixed("converged" if args.table == "converged" else "table1", args.pair))
     if args.warm_updates is None:
         args.warm_updates = WARM_UPDATES["converged" if args.table == "converged" else "paper"]
     if args.lenpen_grid is None:
@@ -231,6 +261,8 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
             "max_tokens", "lr", "warmup", "beam", "quick", "model_args"]
     if args.table == "converged":
         keys = [k for k in keys if k != "max_update"] + ["validate_interval_updates", "patience_updates", "update_cap"]
+    if args.pair != PAIR:  # written only for another pair: work directories from before hold en-de
+        keys += ["source_lang", "target_lang"]
     return {k: getattr(args, k) for k in keys}
 
 
@@ -330,34 +362,40 @@ def main(argv=None) -> int:
     except WorkdirError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    # the paper's Table 1 task on the bundled En->De corpus, in sentencepiece subwords
+    # the pair's bundled corpus (by default the paper's Table 1 task, En->De), in sentencepiece subwords
+    pair, tokenize = args.pair, args.sacrebleu_tokenize
+    tarball = corpus_mod.bundled_corpus(pair)
     try:
-        corpus_dir = unpack_corpus(corpus_mod.bundled_corpus(PAIR), work / "corpus", PAIR, stages)
+        corpus_dir = unpack_corpus(tarball, work / "corpus", pair, stages)
     except corpus_mod.CorpusError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
     try:
-        data_bin = prepare_data(work, corpus_dir, PAIR, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
+        data_bin = prepare_data(work, corpus_dir, pair, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
                                 stages)
     except VocabularyTooSmall as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    hp = hparams(args, PAIR, SUBWORDS, save_interval_updates=args.save_interval)
-    raw_refs, num_test = references(work, corpus_dir, SUBWORDS, PAIR[1])
-    valid_refs, _ = references(work, corpus_dir, SUBWORDS, PAIR[1], "valid")
+    hp = hparams(args, pair, SUBWORDS, save_interval_updates=args.save_interval)
+    raw_refs, num_test = references(work, corpus_dir, SUBWORDS, pair[1])
+    valid_refs, _ = references(work, corpus_dir, SUBWORDS, pair[1], "valid")
+    direction = "" if pair == PAIR else f"{pair[0]}->{pair[1]}, "
+    test_split = (f"Test split of the bundled {tarball.name} corpus ({direction}{num_test} sentences"
+                  f"{', --quick subset' if args.quick else ''})")
+    bleu_signature = "" if tokenize == BLEU.TOKENIZER_DEFAULT else f" BLEU tokenised with sacrebleu's {tokenize}."
 
     rows = rows_of(args)
     device = "GPU" if args.gpu else "CPU"
     if args.table == "converged":
-        caption = (f"Test split of the bundled debian-ende corpus ({num_test} sentences"
-                   f"{', --quick subset' if args.quick else ''}); shape {args.shape}; <= {args.max_tokens} tokens per "
-                   f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}.")
+        caption = (f"{test_split}; shape {args.shape}; <= {args.max_tokens} tokens per "
+                   f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}."
+                   f"{bleu_signature}")
 
         def report_converged(results: Dict[str, Dict[str, object]]) -> None:
             equivalence = converged.compute_equivalence(rows, results)
             payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                        "results": results, "compute_equivalence": equivalence, "lenpen_grid": args.lenpen_grid}
-            curves = args.workdir / "converged-curves.png"
+            curves = args.workdir / f"{pair_suffixed('converged', pair)}-curves.png"
             converged.plot_curves(rows, results, equivalence, curves)
             write_outputs(args, converged.format_tables(rows, results, equivalence, caption, args), payload, [curves])
 
@@ -371,27 +409,27 @@ def main(argv=None) -> int:
         if f"train {row.name}" in stages.done:
             results[row.name] = {**stages.done[f"train {row.name}"],
                                  **score_row(row, args, data_bin, stages, hp, raw_refs, num_test,
-                                             checkpoint=work / "checkpoints" / row.name / "checkpoint_last.pt"),
+                                             checkpoint=work / "checkpoints" / row.name / "checkpoint_last.pt",
+                                             tokenize=tokenize),
                                  **asdict(row),
                                  "valid": fairseq_runs.final_valid_loss(work / "logs" / f"train-{row.name}.log"),
                                  "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
             if args.lenpen_grid:
                 results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test, valid_refs,
-                                                      Path(results[row.name]["checkpoint"]))
+                                                      Path(results[row.name]["checkpoint"]), tokenize)
     translations = work / "translations"
-    compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test)
+    compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test, tokenize)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
-    compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", raw_refs, num_test)
+    compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", raw_refs, num_test, tokenize)
     step0 = None
     if args.table == "paper" and "scratch-baseline-s1" in results:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
             results["scratch-baseline-s1"]["checkpoint"], data_bin, args.shape))
     warm = (f"warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); " if args.table == "paper"
             else "")
-    caption = (f"Test split of the bundled debian-ende corpus ({num_test} sentences"
-               f"{', --quick subset' if args.quick else ''}); shape {args.shape}; from scratch {args.max_update} "
+    caption = (f"{test_split}; shape {args.shape}; from scratch {args.max_update} "
                f"updates, {warm}<= {args.max_tokens} tokens per update; lr {args.lr}, warm-up {args.warmup}; "
-               f"{device}; beam {args.beam}.")
+               f"{device}; beam {args.beam}.{bleu_signature}")
     table = format_tables(rows, results, caption, args) + ("\n" + report.format_step0(step0) if step0 else "")
     payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                "results": results, "warm_start_step0": step0, "lenpen_grid": args.lenpen_grid}
@@ -404,7 +442,7 @@ def main(argv=None) -> int:
 def write_outputs(args: argparse.Namespace, table: str, payload: Dict[str, object], figures: List[Path] = ()) -> None:
     """The table as WORKDIR/{stem}.md and .json; with ``--publish DIR`` also DIR/{stem}-{cpu,gpu}.{md,json}
     and the figures (a GPU figure gains the ``-gpu`` suffix)."""
-    stem, device = TABLES[args.table], "gpu" if args.gpu else "cpu"
+    stem, device = pair_suffixed(TABLES[args.table], args.pair), "gpu" if args.gpu else "cpu"
     (args.workdir / f"{stem}.md").write_text(table)
     (args.workdir / f"{stem}.json").write_text(json.dumps(payload, indent=2))
     if args.publish is not None:

@@ -156,3 +156,21 @@ def test_table1_names_the_smallest_vocabulary_in_one_error_line(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert re.search(r"table1: error: --vocab-size 50 cannot hold the characters of this corpus: at character "
                      r"coverage 1 sentencepiece needs at least \d+ pieces; use --vocab-size \d+ or more", result.stderr)
+
+
+def test_table1_runs_the_converged_comparison_on_chinese_english(tmp_path):
+    """The converged comparison's first row on the bundled Zh->En corpus (--quick): published apart from
+    En->De's tables, its caption naming the corpus and the direction, every test sentence decoded or listed
+    as untranslated (--quick's 2,000 pieces make a few Chinese lines longer than fairseq-generate takes)."""
+    workdir, publish = tmp_path / "w", tmp_path / "published"
+    table1("--quick", "--table", "converged", "--source-lang", "zh", "--target-lang", "en",
+           "--workdir", str(workdir), "--rows", "converged-baseline-s1", "--publish", str(publish))
+    assert sorted(p.name for p in publish.iterdir()) == ["converged-zhen-cpu.json", "converged-zhen-cpu.md",
+                                                         "converged-zhen-curves.png"]
+    payload = json.loads((publish / "converged-zhen-cpu.json").read_text())
+    assert payload["caption"].startswith("Test split of the bundled debian-zhen corpus (zh->en, 60 sentences")
+    assert payload["config"]["source_lang"] == "zh" and payload["config"]["target_lang"] == "en"
+    row = payload["results"]["converged-baseline-s1"]
+    assert row["bleu"] >= 0 and 0 <= row["references"]["search_error_share"] <= 1
+    hypotheses = scoring.read_generate_output(workdir / "translations" / "converged-baseline-s1.txt")
+    assert sorted([*hypotheses, *row["untranslated_ids"]]) == list(range(60))

@@ -4,6 +4,10 @@ error line for a corpus or setting that cannot work."""
 
 import math
 from pathlib import Path
+
+import pytest
+
+from fairseq_capsagg.pipeline import table1
 from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
 from fairseq_capsagg.analysis import scoring
@@ -39,3 +43,21 @@ def test_bleu_details_split_bleu_into_precisions_and_brevity():
     assert short["length_ratio"] == round(10 / 13, 4)
     assert short["brevity_penalty"] == round(math.exp(1 - 13 / 10), 4)
     assert short["precisions"][0] == 100.0
+
+
+def test_table1_takes_a_bundled_pair_and_keeps_each_pair_apart(capsys):
+    """Zh->En gets its own work directory, configuration and published tables; En->De's configuration is
+    what work directories from before the flags hold (so they stay usable); another pair is one error line."""
+    zhen = table1.parse_args(["--table", "converged", "--source-lang", "zh", "--target-lang", "en"])
+    assert zhen.workdir == Path("runs/converged-zhen") and zhen.sacrebleu_tokenize == "13a"
+    assert table1.config_of(zhen)["source_lang"] == "zh" and table1.config_of(zhen)["target_lang"] == "en"
+    assert table1.pair_suffixed("converged", zhen.pair) == "converged-zhen"
+    ende = table1.parse_args(["--table", "converged"])
+    assert ende.workdir == Path("runs/converged") and table1.pair_suffixed("converged", ende.pair) == "converged"
+    assert "source_lang" not in table1.config_of(ende) and "target_lang" not in table1.config_of(ende)
+    assert table1.parse_args(["--source-lang", "zh", "--target-lang", "en"]).workdir == Path("runs/table1-zhen")
+    with pytest.raises(SystemExit):
+        table1.parse_args(["--source-lang", "de", "--target-lang", "en"])
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert errors == ["table1: error: --source-lang de --target-lang en: no bundled corpus of that pair; "
+                      "choose from en-de, zh-en"]
