@@ -118,6 +118,8 @@ class ConvergedTable:
         self.work: Path = args.workdir
         self.rule = convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
         self.load_log = self.work / "logs" / "load.tsv"
+        #: The rows whose training failed in this run, with why: the rows after them still train.
+        self.failures: Dict[str, str] = {}
 
     def save_dir(self, name: str) -> Path:
         return self.work / "checkpoints" / name
@@ -212,7 +214,9 @@ class ConvergedTable:
 
     def run(self, rows: List[Row], report: Callable[[Dict[str, Dict[str, object]]], None]) -> None:
         """Trains the rows asked for (all by default) in order and evaluates every trained row;
-        ``report(results)`` writes the tables after each row this run trained, and at the end."""
+        ``report(results)`` writes the tables after each row this run trained or failed, and at the end.
+        A row whose training fails (:class:`~.fairseq_runs.ToolFailed`) is kept in :attr:`failures` and
+        the next row trains; a later run tries it again from its last checkpoint."""
         results: Dict[str, Dict[str, object]] = {}
         with LoadSampler(self.load_log):
             for row in rows:
@@ -222,7 +226,13 @@ class ConvergedTable:
                     if row.protocol == "continued" and f"train {REFERENCE}" not in self.stages.done:
                         print(f"[converged] {row.name}: pending until {REFERENCE} has converged", flush=True)
                         continue
-                    self.train(row)
+                    try:
+                        self.train(row)
+                    except fairseq_runs.ToolFailed as e:  # one row's failure does not hold up the days after it
+                        self.failures[row.name] = str(e)
+                        print(f"[converged] {row.name} failed: {e}; the next row trains", flush=True)
+                        report(self.compared(rows, results))
+                        continue
                     trained_now = True
                 if f"train {row.name}" in self.stages.done:
                     results[row.name] = self.evaluate(row)
@@ -264,9 +274,11 @@ def compute_equivalence(rows: List[Row], results: Dict[str, Dict[str, object]]) 
 
 
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equivalence, caption: str,
-                  args: argparse.Namespace) -> str:
+                  args: argparse.Namespace, failures: Optional[Dict[str, str]] = None) -> str:
     """The converged comparison in Markdown: both protocols, the checkpoint averages, compute
-    equivalence and model against search errors."""
+    equivalence and model against search errors; rows not trained are pending, or failed with why
+    (``failures``)."""
+    failures = failures or {}
     def label(row: Row) -> str:
         return fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
 
@@ -284,7 +296,8 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         for row in (r for r in rows if r.protocol == protocol):
             res = results.get(row.name)
             if res is None:
-                out.append(f"| {row.name} | {label(row)} | {row.seed} | pending |" + "  |" * 11)
+                state = f"failed: {failures[row.name]}" if row.name in failures else "pending"
+                out.append(f"| {row.name} | {label(row)} | {row.seed} | {state} |" + "  |" * 11)
                 continue
             params = f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res else f"{res['delta_params'] / 1e6:+.2f}M"
             stop = f"{res['stopped_at']}" + ("" if res["converged"] or protocol == "continued" else " (cap)")

@@ -18,6 +18,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from ..patches.safe_checkpoints import allow_fairseq_checkpoint_globals
+from .fairseq_runs import ToolFailed
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ def train_in_segments(train_segment: Callable[[int, int], None], save_dir: Path,
 
     Returns:
         ``stopped_at`` (updates), ``best_update`` and ``best_loss`` (bits, that of the best checkpoint).
+
+    Raises:
+        ToolFailed: a segment failed, or ended without saving past where it started.
     """
     while True:
         last, best = save_dir / "checkpoint_last.pt", save_dir / "checkpoint_best.pt"
@@ -88,7 +92,7 @@ def train_in_segments(train_segment: Callable[[int, int], None], save_dir: Path,
         before = current
         train_segment(current, target(best_update))
         if not last.exists() or checkpoint_updates(last)[0] <= before:
-            raise RuntimeError(f"fairseq-train ended without saving past update {before} in {save_dir}")
+            raise ToolFailed(f"fairseq-train ended without saving past update {before} in {save_dir}")
 
 
 _VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+) .*\| num_updates (\d+)")

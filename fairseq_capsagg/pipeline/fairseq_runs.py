@@ -19,6 +19,10 @@ BASELINE_ARCHS = {"base": "transformer_wmt_en_de", "big": "transformer_vaswani_w
 BASELINE = "baseline"
 
 
+class ToolFailed(RuntimeError):
+    """A fairseq console script exited with an error, or ended without doing its job."""
+
+
 def systems() -> List[str]:
     """The systems a job can train: the baseline, then every aggregator family."""
     return [BASELINE, *families()]
@@ -67,7 +71,7 @@ def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[
             if out_f:
                 out_f.close()
     if code != 0:
-        raise RuntimeError(f"{tool} failed with exit code {code}; its log is {log}")
+        raise ToolFailed(f"{tool} failed with exit code {code}; its log is {log}")
     return time.time() - start
 
 

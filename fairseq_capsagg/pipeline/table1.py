@@ -391,16 +391,20 @@ def main(argv=None) -> int:
                    f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}."
                    f"{bleu_signature}")
 
+        comparison = converged.ConvergedTable(args, stages, data_bin, hp, raw_refs, num_test, valid_refs)
+
         def report_converged(results: Dict[str, Dict[str, object]]) -> None:
             equivalence = converged.compute_equivalence(rows, results)
             payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
-                       "results": results, "compute_equivalence": equivalence, "lenpen_grid": args.lenpen_grid}
+                       "results": results, "failures": comparison.failures, "compute_equivalence": equivalence,
+                       "lenpen_grid": args.lenpen_grid}
             curves = args.workdir / f"{pair_suffixed('converged', pair)}-curves.png"
             converged.plot_curves(rows, results, equivalence, curves)
-            write_outputs(args, converged.format_tables(rows, results, equivalence, caption, args), payload, [curves])
+            markdown = converged.format_tables(rows, results, equivalence, caption, args, comparison.failures)
+            write_outputs(args, markdown, payload, [curves])
 
-        converged.ConvergedTable(args, stages, data_bin, hp, raw_refs, num_test, valid_refs).run(rows, report_converged)
-        return 0
+        comparison.run(rows, report_converged)
+        return 1 if comparison.failures else 0
     results: Dict[str, Dict[str, object]] = {}
     for row in rows:
         done = f"translate and score {row.name}" in stages.done

@@ -1,6 +1,7 @@
 """Training to convergence: the resumable stop rule, the curves and speeds read from fairseq's logs,
 checkpoint averages and the search-error count (no training: fairseq is simulated by its files)."""
 
+import argparse
 from pathlib import Path
 from typing import Dict, List
 
@@ -12,7 +13,8 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootSchedule,
 )
 
-from fairseq_capsagg.pipeline import convergence, fairseq_runs
+from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs
+from fairseq_capsagg.pipeline.experiment import Stages
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
 CURVE = {u: loss for u, loss in zip(range(10, 400, 10), [
@@ -88,7 +90,7 @@ def test_a_fixed_number_of_updates_ignores_the_best(tmp_path):
 
 
 def test_a_segment_that_saves_nothing_is_an_error_not_a_loop(tmp_path):
-    with pytest.raises(RuntimeError, match="without saving past update 0"):
+    with pytest.raises(fairseq_runs.ToolFailed, match="without saving past update 0"):
         convergence.train_in_segments(lambda start, end: None, tmp_path, lambda best: 100)
 
 
@@ -208,3 +210,28 @@ def test_compute_equivalence_is_read_from_the_curves():
                                                   "seconds_ratio": 0.67}
     assert eq["rows"]["converged-emrouting-s1"]["updates"] is None
     assert compute_equivalence(rows, {k: v for k, v in results.items() if k != REFERENCE}) is None
+
+
+def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
+    """The queue runs for days: a row whose fairseq-train fails is kept with why, the rows that do not need it
+    train, the rows that do stay pending, and the table says which is which."""
+    args = argparse.Namespace(workdir=tmp_path, validate_interval_updates=500, patience_updates=3000,
+                              update_cap=30000, report_only=False, rows=[], warm_updates=3000, warmup=200)
+    rows = converged.converged_rows(["baseline", "dyncomb"], [])
+    table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
+    trained, reports = [], []
+
+    def train(row):
+        if row.name == converged.REFERENCE:
+            raise fairseq_runs.ToolFailed("fairseq-train failed with exit code 1; its log is from-0.log")
+        trained.append(row.name)
+        table.stages.done[f"train {row.name}"] = {}
+
+    table.train, table.evaluate, table.compared = train, lambda row: {}, lambda rows, results: {}
+    table.run(rows, reports.append)
+    assert trained == ["converged-dyncomb-s1"] and len(reports) == 3  # after the failure, the row, the end
+    assert table.failures == {converged.REFERENCE: "fairseq-train failed with exit code 1; its log is from-0.log"}
+    markdown = converged.format_tables(rows, {}, None, "caption", args, table.failures)
+    assert (f"| {converged.REFERENCE} | Transformer | 1 | failed: fairseq-train failed with exit code 1; its log is "
+            "from-0.log |") in markdown
+    assert "| continued-dyncomb | + Dynamic Combination | 1 | pending |" in markdown
