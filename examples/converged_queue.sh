@@ -12,7 +12,8 @@
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
-#   examples/converged_queue.sh status          # the rows done and the last lines of the queue's log
+#   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where
+#                                               # they stop) and the last lines of the queue's log
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
 #   examples/converged_queue.sh stop            # end it; `start` resumes from the last checkpoints
 #
@@ -86,6 +87,9 @@ case "${1:-status}" in
     for stages in "$WORK/stages.json" "$RUNS/peers-streams/stages.json" "$RUNS/converged-zhen/stages.json"; do
       [[ -f $stages ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
 print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train ')))" "$stages"
+    done
+    for work in "$WORK" "$RUNS/converged-zhen"; do  # the rows training now: update, validations, where they stop
+      [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.converged "$work"
     done
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;

@@ -22,8 +22,10 @@ best validation loss (compute equivalence). A row is trained in segments
 """
 
 import argparse
+import json
 import os
 import statistics
+import sys
 import threading
 import time
 from dataclasses import asdict
@@ -375,3 +377,35 @@ def plot_curves(rows: List[Row], results: Dict[str, Dict[str, object]], equivale
         else:
             curves["continued"][row.name] = (updates, losses)
     plot_validation_curves(curves, path, None if equivalence is None else equivalence["target_loss"])
+
+
+def progress(workdir: Path) -> List[str]:
+    """One line for each row of ``workdir`` that has started training and not finished: its last logged
+    update and speed, its validations, and the earliest update at which its rule stops it (what
+    ``examples/converged_queue.sh status`` prints)."""
+    config = json.loads((workdir / "config.json").read_text())
+    done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
+    rule = convergence.StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
+    protocols = {row.name: row.protocol for row in converged_rows(fairseq_runs.systems(), SECOND_SEED)}
+    lines = []
+    for log_dir in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
+        name = log_dir.name[len("train-"):]
+        logs = segment_logs(log_dir)
+        if f"train {name}" in done or not logs:
+            continue
+        stretches, curve = convergence.train_stretches(logs), convergence.validation_curve(logs)
+        update = int(stretches[-1]["num_updates"]) if stretches else 0
+        speed = f" ({stretches[-1]['ups']:.2f} updates/s lately)" if stretches else ""
+        if protocols.get(name) == "continued":
+            stop = f"stops at {config['warm_updates']}"
+        else:
+            best = min(curve, key=lambda point: point["loss"], default={"update": 0})
+            stop = f"stops at {rule.target(best['update'])} unless a later validation is better (cap {rule.cap})"
+        validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
+        lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}")
+    return lines
+
+
+if __name__ == "__main__":
+    for line in progress(Path(sys.argv[1])):
+        print(line)

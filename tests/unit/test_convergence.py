@@ -2,6 +2,7 @@
 checkpoint averages and the search-error count (no training: fairseq is simulated by its files)."""
 
 import argparse
+import json
 from pathlib import Path
 from typing import Dict, List
 
@@ -235,3 +236,20 @@ def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
     assert (f"| {converged.REFERENCE} | Transformer | 1 | failed: fairseq-train failed with exit code 1; its log is "
             "from-0.log |") in markdown
     assert "| continued-dyncomb | + Dynamic Combination | 1 | pending |" in markdown
+
+
+def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
+    """What the queue's status prints: each unfinished row's update, validations and where its rule stops it;
+    finished rows are left to the table."""
+    (tmp_path / "config.json").write_text(json.dumps({"validate_interval_updates": 10, "patience_updates": 30,
+                                                      "update_cap": 100, "warm_updates": 40}))
+    (tmp_path / "stages.json").write_text(json.dumps({"train converged-mudd-s1": {}}))
+    for name in ("converged-mudd-s1", "converged-baseline-s1", "continued-dyncomb"):
+        (tmp_path / "logs" / f"train-{name}").mkdir(parents=True)
+        (tmp_path / "logs" / f"train-{name}" / "from-0.log").write_text(LOG)
+    (tmp_path / "logs" / "train-converged-dwa-s1").mkdir()  # made, nothing logged yet
+    validations = "validation loss 9.336 at 10, 9.066 at 20"
+    assert sorted(converged.progress(tmp_path)) == [
+        f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40",
+        f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 unless a later "
+        "validation is better (cap 100)"]
