@@ -7,7 +7,8 @@
 #   examples/converged_gpu.sh run           # on the GPU machine (the device tool: carry .whl)
 #   examples/converged_gpu.sh run --quick   # the same rows in minutes on a CPU (how it is tested)
 #
-# `run` installs .whl/ when it exists, trains the rows in runs/converged-gpu (resumable) under
+# `run` installs .whl/ when it exists (into /tmp/site with pip --target: fairseq's tools then run as
+# `python -m fairseq_cli.train` and so on, as their scripts are not beside the machine's Python), trains the rows in runs/converged-gpu (resumable) under
 # `timeout ${LIMIT:-480}` seconds, and publishes the table to ${OUT:-docs/results}/converged-gpu.{md,json}
 # and converged-curves-gpu.png after every row. Extra arguments go to capsagg-table1.
 set -euo pipefail
@@ -34,14 +35,14 @@ case "${1:-}" in
       "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
       export PYTHONPATH=/tmp/site:$PWD
     fi
-    quick=() device=(--gpu)
+    device=(--gpu)
     if [[ " $* " == *" --quick "* ]]; then device=(); fi
     # 16,384 tokens per update (the CPU runs' 4,096 x 4); validation every 250 updates, patience 1,000, at
     # most 4,000; 500 further updates for the continued rows (about 2 epochs at this batch size)
     timeout "${LIMIT:-480}" "$PYTHON" -m fairseq_capsagg.pipeline.table1 --table converged "${device[@]}" \
       --workdir "${WORK:-runs/converged-gpu}" --rows "$ROWS" --max-tokens 16384 --warmup 100 \
       --validate-interval-updates 250 --patience-updates 1000 --update-cap 4000 --warm-updates 500 \
-      --publish "${OUT:-docs/results}" "${quick[@]}" "$@"
+      --publish "${OUT:-docs/results}" "$@"
     ;;
   *) echo "usage: $0 wheels | run [--quick] [capsagg-table1 flags]" >&2; exit 2 ;;
 esac

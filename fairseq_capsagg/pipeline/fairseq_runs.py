@@ -48,8 +48,16 @@ def warm_start_flags(system: str) -> List[str]:
     return [] if system == BASELINE else list(family_class(system).warm_start_flags)
 
 
+def tool_command(tool: str) -> List[str]:
+    """How to run one of fairseq's console scripts (``fairseq-train``): the script beside this Python, or,
+    where fairseq was installed without its scripts there (``pip install --target``, as on a lent GPU
+    machine), the module the script calls (``python -m fairseq_cli.train``)."""
+    script = BIN / tool
+    return [str(script)] if script.exists() else [sys.executable, "-m", f"fairseq_cli.{tool.removeprefix('fairseq-')}"]
+
+
 def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[Path] = None) -> float:
-    """Runs ``tool``, echoing its output and keeping it in ``log``; returns wall seconds.
+    """Runs ``tool`` (:func:`tool_command`), echoing its output and keeping it in ``log``; returns wall seconds.
 
     With ``stdout_file`` the tool's standard output goes there instead (the
     hypotheses of fairseq-generate) and only its standard error is echoed.
@@ -60,7 +68,7 @@ def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[
     with open(log, "w", encoding="utf-8", buffering=1) as log_f:  # line-buffered: the log shows progress
         out_f = open(stdout_file, "w", encoding="utf-8") if stdout_file else None
         try:
-            proc = subprocess.Popen([str(BIN / tool), *args], stdout=out_f or subprocess.PIPE,
+            proc = subprocess.Popen([*tool_command(tool), *args], stdout=out_f or subprocess.PIPE,
                                     stderr=subprocess.STDOUT if out_f is None else subprocess.PIPE,
                                     text=True, env=env)
             for line in proc.stdout if out_f is None else proc.stderr:

@@ -131,3 +131,19 @@ def test_nothing_in_the_package_runs_examples_by_path():
     for path in sorted(PACKAGE.rglob("*.py")):
         source = path.read_text()
         assert not re.search(r"""["'/]examples["'/]""", source), f"{path.relative_to(PACKAGE)} refers to examples/"
+
+
+def test_fairseq_tools_run_as_modules_where_their_scripts_are_not_beside_python(tmp_path, monkeypatch):
+    """On a machine where fairseq was installed with pip --target (the lent GPU's), its console scripts are
+    not beside the Python that runs the drivers: the drivers then run fairseq_cli's modules."""
+    from fairseq_capsagg.pipeline import fairseq_runs
+
+    assert fairseq_runs.tool_command("fairseq-train") == [str(BIN / "fairseq-train")]
+    monkeypatch.setattr(fairseq_runs, "BIN", tmp_path / "no-scripts")
+    assert fairseq_runs.tool_command("fairseq-train") == [sys.executable, "-m", "fairseq_cli.train"]
+    data = tmp_path / "data-bin"
+    fairseq_runs.run_logged("fairseq-preprocess", [
+        "--source-lang", "en", "--target-lang", "de", "--trainpref", str(TINY_CORPUS / "train"),
+        "--validpref", str(TINY_CORPUS / "valid"), "--joined-dictionary", "--destdir", str(data)],
+        tmp_path / "preprocess.log")
+    assert (data / "dict.en.txt").stat().st_size > 0 and (data / "valid.en-de.de.bin").exists()
