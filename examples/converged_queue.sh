@@ -7,8 +7,11 @@
 #      paper's protocol from its best checkpoint (the question the comparison exists for, answered first);
 #   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
 #      (runs/peers-streams, published to docs/results/streams/);
-#   3. every other row of the converged comparison (capsagg-table1 --table converged), in its order;
-#   4. the converged comparison's rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu).
+#   3. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
+#      convergence, the Transformer's second seed;
+#   4. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
+#      remains after a-d";
+#   5. every other row of the converged comparison (e: the other peers from scratch), in its order.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
@@ -36,10 +39,11 @@ jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $paper_protocol"
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
        "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results"
-  local zhen=$paper_protocol,converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
+  local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $from_scratch,converged-baseline-s2"
   echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
-       "--publish $ROOT/docs/results --rows $zhen"
+       "--publish $ROOT/docs/results --rows $paper_protocol,$from_scratch"
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results"
 }
 
 case "${1:-status}" in
