@@ -100,12 +100,18 @@ def sign_test(baseline: Sequence[str], system: Sequence[str], references: Sequen
 def paired_bootstrap(baseline: Sequence[str], systems: Dict[str, Sequence[str]],
                      references: Sequence[str], samples: int = 1000,
                      tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, float]:
-    """sacrebleu's paired bootstrap resampling: p-value of each system against the baseline."""
+    """sacrebleu's paired bootstrap resampling: p-value of each system against the baseline.
+
+    A system whose BLEU equals the baseline's gets p = 1: sacrebleu counts resampled differences strictly
+    above the observed one, so where every resample differs by the same amount (identical translations, or
+    BLEU 0 for both) it returns its smallest p, 1 / (samples + 1), for a difference of exactly zero."""
     named = [("baseline", list(baseline))] + [(name, list(h)) for name, h in systems.items()]
     metric = BLEU(references=[list(references)], tokenize=tokenize)
     _, results = PairedTest(named, {"BLEU": metric}, references=None,
                             test_type="bs", n_samples=samples)()
-    return {name: float(r.p_value) for name, r in zip(results["System"][1:], results["BLEU"][1:])}
+    base = results["BLEU"][0].score
+    return {name: 1.0 if r.score == base else float(r.p_value)
+            for name, r in zip(results["System"][1:], results["BLEU"][1:])}
 
 
 def significance_mark(p_value: float) -> str:

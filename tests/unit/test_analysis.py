@@ -4,7 +4,7 @@ import json
 import math
 import pytest
 import torch
-from fairseq_capsagg.analysis import agreement_diversity, agreement_entropy
+from fairseq_capsagg.analysis import agreement_diversity, agreement_entropy, scoring
 from fairseq_capsagg.analysis.__main__ import main as analysis_main
 from fairseq_capsagg.analysis.agreement import AgreementAccumulator
 from fairseq_capsagg.analysis.length import bleu_by_length, length_buckets
@@ -139,3 +139,18 @@ def test_sweep_reports_missing_runs_in_one_line(tmp_path, capsys):
                           "--workdir", str(tmp_path), "--output-dir", str(tmp_path / "out")])
     assert code == 2
     assert "analysis sweep: error:" in capsys.readouterr().err
+
+
+REFERENCES = [f"the file number {i} was saved to the disk" for i in range(30)]
+
+
+def test_the_paired_bootstrap_finds_a_real_difference_and_none_in_equal_bleu():
+    """sacrebleu's own p for a clearly better system; p = 1 where the BLEU is the same: identical
+    translations, and two systems at BLEU 0 (where sacrebleu would return its smallest p)."""
+    good = list(REFERENCES)
+    poor = [f"a file {i}" for i in range(30)]
+    reworded = [f"one file {i}" for i in range(30)]
+    p = scoring.paired_bootstrap(poor, {"good": good, "same": list(poor), "reworded": reworded}, REFERENCES, samples=200)
+    assert p["good"] < 0.01
+    assert p["same"] == 1.0 and p["reworded"] == 1.0  # identical output; both at BLEU 0
+    assert scoring.corpus_scores(poor, REFERENCES)["bleu"] == 0.0
