@@ -49,6 +49,7 @@ jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue
 case "${1:-status}" in
   start)
     if running; then echo "the queue is running already (pid $(cat "$PIDFILE"))"; exit 0; fi
+    if [[ ! -x $PYTHON ]]; then echo "$PYTHON does not exist: run make setup first (or set PYTHON)" >&2; exit 2; fi
     current=$(cat "$WORK/queue.commit" 2>/dev/null || true)
     commit=$(git rev-parse --short "${2:-${current:-HEAD}}")
     code=$RUNS/queue-code-$commit
