@@ -406,6 +406,17 @@ def progress(workdir: Path) -> List[str]:
     return lines
 
 
-if __name__ == "__main__":
-    for line in progress(Path(sys.argv[1])):
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fairseq_capsagg.pipeline.converged",
+                                     description="the progress of the converged comparison's rows in training")
+    parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 --table converged")
+    args = parser.parse_args(argv)
+    if not (args.workdir / "config.json").is_file():
+        parser.error(f"{args.workdir} is not a work directory of the converged comparison (no config.json)")
+    for line in progress(args.workdir):
         print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

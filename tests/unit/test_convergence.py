@@ -253,3 +253,12 @@ def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
         f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40",
         f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 unless a later "
         "validation is better (cap 100)"]
+
+
+def test_the_progress_command_refuses_a_directory_that_is_not_a_converged_work_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        converged.main([str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m fairseq_capsagg.pipeline.converged: error: {tmp_path} is not a work directory of the "
+        "converged comparison (no config.json)")
