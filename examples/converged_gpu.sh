@@ -31,7 +31,7 @@ case "${1:-}" in
     ;;
   run)
     shift
-    if [[ -d .whl ]]; then
+    if [[ -d .whl ]] && ! "$PYTHON" -c "import fairseq" 2>/dev/null; then  # examples/gpu_session.sh installed it
       "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
       export PYTHONPATH=/tmp/site:$PWD
     fi

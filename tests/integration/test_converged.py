@@ -95,3 +95,15 @@ def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
                 "continued-mudd"):
         assert re.search(rf"\| {row} \| [^|]+ \| \d \| pending \|", table), row  # listed, nothing trained
     assert "Validation on the whole validation split every 5 updates" in table  # --quick's rule
+
+
+def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
+    """examples/gpu_session.sh --cpu: the speed benchmark, then the converged command (training nothing),
+    both writing where the device tool collects them."""
+    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"))
+    result = subprocess.run(["bash", str(ROOT / "examples" / "gpu_session.sh"), "--cpu"],
+                            capture_output=True, text=True, env=env, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    speed = json.loads((tmp_path / "out" / "speed-gpu" / "speed.json").read_text())
+    assert [row["system"] for row in speed["rows"]] == ["baseline", "mhc"]
+    assert "| converged-baseline-s1 | Transformer | 1 | pending |" in (tmp_path / "out" / "converged-cpu.md").read_text()
