@@ -11,6 +11,7 @@ import pytest
 
 from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import ROOT, table1
+from published import converged_table
 
 
 
@@ -70,6 +71,7 @@ def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_c
                     "| converged-mudd-s1 | + MUDD connections | 1 | pending |"):
         assert pending in table
     assert "### Compute equivalence" in table and "### Model error or search error" in table
+    assert converged_table(json.loads((publish / "converged-cpu.json").read_text())) == table  # the JSON holds it all
     assert (publish / "converged-curves.png").stat().st_size > 10_000
     again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
                    "--publish", str(tmp_path))

@@ -10,6 +10,7 @@ import pytest
 from fairseq_capsagg.pipeline import report, table1
 from fairseq_capsagg.pipeline.rows import Row
 from helpers import ROOT
+from published import converged_table
 
 RESULTS = ROOT / "docs" / "results"
 
@@ -25,3 +26,9 @@ def test_the_published_table_is_what_the_driver_writes_from_its_json(stem, table
     if payload.get("warm_start_step0"):
         written += "\n" + report.format_step0(payload["warm_start_step0"])
     assert written == (RESULTS / f"{stem}-cpu.md").read_text()
+
+
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("converged*-cpu.json")), ids=lambda path: path.stem)
+def test_the_published_converged_tables_are_what_the_driver_writes_from_their_json(path):
+    """Every converged table the queue has published (none before its first row is done)."""
+    assert converged_table(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
