@@ -281,6 +281,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
     equivalence and model against search errors; rows not trained are pending, or failed with why
     (``failures``)."""
     failures = failures or {}
+
     def label(row: Row) -> str:
         return fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
 
