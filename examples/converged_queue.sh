@@ -18,7 +18,10 @@
 #   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where
 #                                               # they stop) and the last lines of the queue's log
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
-#   examples/converged_queue.sh stop            # end it; `start` resumes from the last checkpoints
+#   examples/converged_queue.sh stop [--at-checkpoint]  # end it (after the next checkpoint: nothing lost);
+#                                               # `start` resumes from the last checkpoints
+#   examples/converged_queue.sh restart [COMMIT]  # after the next checkpoint, stop and start again with COMMIT
+#                                               # (default HEAD) frozen: how edits reach the queue
 #
 # Everything lives under runs/ (ignored): the work directories (one process at a time each),
 # runs/queue-code-COMMIT (the frozen code), runs/converged/queue.log. The converged table is published to
@@ -80,12 +83,27 @@ case "${1:-status}" in
     echo "[queue] $(date -u +%FT%TZ) $1" >> "$WORK/queue.log"
     echo "$1d"
     ;;
-  stop)
-    running || { echo "the queue is not running"; exit 0; }
-    kill -CONT -- "-$(cat "$PIDFILE")" 2>/dev/null || true
-    kill -TERM -- "-$(cat "$PIDFILE")"
-    echo "[queue] $(date -u +%FT%TZ) stop" >> "$WORK/queue.log"
-    echo "stopped"
+  stop|restart)
+    if running && [[ $1 == restart || ${2:-} == --at-checkpoint ]]; then
+      # wait for the next interval checkpoint of the training row, so that the stop loses no update
+      marker=$(mktemp)
+      echo "waiting for the next checkpoint under $RUNS ..."
+      until [[ -n $(find "$RUNS" -path '*/checkpoints/*' -name 'checkpoint_*_*.pt' -newer "$marker" -print -quit) ]]; do
+        sleep 10
+      done
+      rm -f "$marker"
+      sleep 20  # fairseq copies it to checkpoint_best.pt and checkpoint_last.pt after writing it
+    fi
+    if running; then
+      kill -CONT -- "-$(cat "$PIDFILE")" 2>/dev/null || true
+      kill -TERM -- "-$(cat "$PIDFILE")"
+      echo "[queue] $(date -u +%FT%TZ) stop" >> "$WORK/queue.log"
+      echo "stopped"
+      sleep 5
+    else
+      echo "the queue is not running"
+    fi
+    if [[ $1 == restart ]]; then exec "$ROOT/examples/converged_queue.sh" start "${2:-HEAD}"; fi
     ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
