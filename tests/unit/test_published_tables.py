@@ -15,9 +15,19 @@ from published import converged_table
 RESULTS = ROOT / "docs" / "results"
 
 
-@pytest.mark.parametrize("stem,table", [("table1", "paper"), ("peers", "peers")])
-def test_the_published_table_is_what_the_driver_writes_from_its_json(stem, table):
-    payload = json.loads((RESULTS / f"{stem}-cpu.json").read_text())
+#: The paper's table and every peers table published (docs/results/streams/ once the queue has run it).
+PAPER_AND_PEERS = [(RESULTS / "table1-cpu.json", "paper"),
+                   *((path, "peers") for path in sorted(RESULTS.glob("**/peers-cpu.json")))]
+
+
+def relative(value):
+    """A parameter's name in the test's id: a published file relative to docs/results."""
+    return str(value.relative_to(RESULTS)) if isinstance(value, Path) else value
+
+
+@pytest.mark.parametrize("path,table", PAPER_AND_PEERS, ids=relative)
+def test_the_published_table_is_what_the_driver_writes_from_its_json(path, table):
+    payload = json.loads(path.read_text())
     rows = [Row(**{**row, "flags": tuple(row["flags"])}) for row in payload["rows"]]
     speed_json = Path(payload.get("speed_ratios", {}).get("source", "benchmarks/results/speed.json"))
     args = argparse.Namespace(table=table, max_update=payload["config"]["max_update"], speed_json=speed_json,
@@ -25,10 +35,10 @@ def test_the_published_table_is_what_the_driver_writes_from_its_json(stem, table
     written = table1.format_tables(rows, payload["results"], payload["caption"], args)
     if payload.get("warm_start_step0"):
         written += "\n" + report.format_step0(payload["warm_start_step0"])
-    assert written == (RESULTS / f"{stem}-cpu.md").read_text()
+    assert written == path.with_suffix(".md").read_text()
 
 
-@pytest.mark.parametrize("path", sorted(RESULTS.glob("converged*-cpu.json")), ids=lambda path: path.stem)
+@pytest.mark.parametrize("path", sorted(RESULTS.glob("converged*-cpu.json")), ids=relative)
 def test_the_published_converged_tables_are_what_the_driver_writes_from_their_json(path):
     """Every converged table the queue has published (none before its first row is done)."""
     assert converged_table(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
