@@ -32,9 +32,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import convergence, fairseq_runs, length_penalty
+from . import convergence, fairseq_runs, length_penalty, report
 from .experiment import Stages
 from .rows import Row, compare, score_cells, score_row, tune_row
+from .warm_starts import step0_losses
 
 #: Aggregators continued from the converged Transformer (the paper's protocol), in this order.
 CONTINUED = ("linagg", "dyncomb", "emrouting", "mudd", "dwa")
@@ -122,6 +123,8 @@ class ConvergedTable:
         self.load_log = self.work / "logs" / "load.tsv"
         #: The rows whose training failed in this run, with why: the rows after them still train.
         self.failures: Dict[str, str] = {}
+        #: The validation loss at step 0 of every continued system, once the Transformer has converged.
+        self.step0: Optional[Dict[str, Dict[str, float]]] = None
 
     def save_dir(self, name: str) -> Path:
         return self.work / "checkpoints" / name
@@ -197,6 +200,18 @@ class ConvergedTable:
 
         return self.stages.run(f"score references {row.name}", run, out)
 
+    def continued_starts(self) -> Optional[Dict[str, Dict[str, float]]]:
+        """Where the continued rows start: the validation loss of each continued system built from the
+        converged Transformer's best checkpoint, before any update (the routing families also with their
+        identity start and ramp, as they train), next to the Transformer's own; read from the stages with
+        ``--report-only``."""
+        stage = "validation loss at step 0 of the continued rows"
+        if self.args.report_only:
+            return self.stages.done.get(stage)
+        systems = [s for s in CONTINUED if s in self.args.systems]
+        return self.stages.run(stage, lambda: step0_losses(str(self.save_dir(REFERENCE) / "checkpoint_best.pt"),
+                                                           self.data_bin, self.args.shape, systems))
+
     def evaluate(self, row: Row) -> Dict[str, object]:
         best = self.save_dir(row.name) / "checkpoint_best.pt"
         args, refs, tokenize = self.args, (self.raw_refs, self.num_test), self.args.sacrebleu_tokenize
@@ -238,6 +253,8 @@ class ConvergedTable:
                     trained_now = True
                 if f"train {row.name}" in self.stages.done:
                     results[row.name] = self.evaluate(row)
+                    if row.name == REFERENCE:
+                        self.step0 = self.continued_starts()
                 if trained_now:
                     report(self.compared(rows, results))
         report(self.compared(rows, results))
@@ -276,10 +293,11 @@ def compute_equivalence(rows: List[Row], results: Dict[str, Dict[str, object]]) 
 
 
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equivalence, caption: str,
-                  args: argparse.Namespace, failures: Optional[Dict[str, str]] = None) -> str:
+                  args: argparse.Namespace, failures: Optional[Dict[str, str]] = None,
+                  step0: Optional[Dict[str, Dict[str, float]]] = None) -> str:
     """The converged comparison in Markdown: both protocols, the checkpoint averages, compute
-    equivalence and model against search errors; rows not trained are pending, or failed with why
-    (``failures``)."""
+    equivalence, model against search errors and where the continued rows start (``step0``); rows not
+    trained are pending, or failed with why (``failures``)."""
     failures = failures or {}
 
     def label(row: Row) -> str:
@@ -359,6 +377,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         "training alone on 2 cores). Scores of hypotheses and references: log-probability per token, base 2, as "
         "fairseq prints them; a search error is a sentence whose reference the model scores above the hypothesis "
         "beam search returned.")
+    if step0:
+        out += ["", report.format_step0(step0, f"`{REFERENCE}`'s best checkpoint (where the continued rows start; "
+                                               "`baseline` is the Transformer itself)").rstrip("\n")]
     return "\n".join(out) + "\n"
 
 

@@ -47,8 +47,9 @@ def format_markdown(rows: List[Dict[str, object]], caption: str) -> str:
     return f"{caption}\n\n" + "\n".join(lines) + "\n" + notes + "\n"
 
 
-def format_step0(step0: Dict[str, Dict[str, float]]) -> str:
-    lines = ["Validation loss (base 2, per target token) at step 0 of a warm start from row 1's checkpoint:", "",
+def format_step0(step0: Dict[str, Dict[str, float]], source: str = "row 1's checkpoint") -> str:
+    """The step-0 table of warm starts from ``source``: each model's validation loss before any update."""
+    lines = [f"Validation loss (base 2, per target token) at step 0 of a warm start from {source}:", "",
              "| model | loss | nll loss |", "|---|---:|---:|"]
     lines += [f"| {name} | {v['loss']:.4f} | {v['nll_loss']:.4f} |" for name, v in step0.items()]
     return "\n".join(lines) + "\n"

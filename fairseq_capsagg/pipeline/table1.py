@@ -397,10 +397,11 @@ def main(argv=None) -> int:
             equivalence = converged.compute_equivalence(rows, results)
             payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                        "results": results, "failures": comparison.failures, "compute_equivalence": equivalence,
-                       "lenpen_grid": args.lenpen_grid}
+                       "continued_step0": comparison.step0, "lenpen_grid": args.lenpen_grid}
             curves = args.workdir / f"{pair_suffixed('converged', pair)}-curves.png"
             converged.plot_curves(rows, results, equivalence, curves)
-            markdown = converged.format_tables(rows, results, equivalence, caption, args, comparison.failures)
+            markdown = converged.format_tables(rows, results, equivalence, caption, args, comparison.failures,
+                                               comparison.step0)
             write_outputs(args, markdown, payload, [curves])
 
         comparison.run(rows, report_converged)

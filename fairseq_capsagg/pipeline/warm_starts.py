@@ -2,7 +2,7 @@
 Transformer (the main job's and Table 1's step-0 tables)."""
 
 from pathlib import Path
-from typing import Dict
+from typing import Dict, Optional, Sequence
 
 from . import fairseq_runs
 
@@ -12,12 +12,14 @@ from . import fairseq_runs
 IDENTITY_STARTS = {"identity": [], "identity + ramp": ["--aggregation-ramp-updates", "1"]}
 
 
-def step0_losses(checkpoint: str, data_bin: Path, shape: str) -> Dict[str, Dict[str, float]]:
-    """Validation loss at step 0 of a warm start from ``checkpoint``: every aggregator as built by
-    default, and those with warm-start flags (the routing families) with each of :data:`IDENTITY_STARTS`."""
+def step0_losses(checkpoint: str, data_bin: Path, shape: str,
+                 aggregators: Optional[Sequence[str]] = None) -> Dict[str, Dict[str, float]]:
+    """Validation loss at step 0 of a warm start from ``checkpoint``: every aggregator (or those of
+    ``aggregators``) as built by default, and those with warm-start flags (the routing families) with each
+    of :data:`IDENTITY_STARTS`."""
     from ..tools.warm_start_loss import warm_start_losses
 
-    aggregators = fairseq_runs.systems()[1:]
+    aggregators = fairseq_runs.systems()[1:] if aggregators is None else list(aggregators)
     losses = warm_start_losses(checkpoint, str(data_bin), [f"transformer_{s}_{shape}" for s in aggregators])
     for start, extra in IDENTITY_STARTS.items():
         for system in (s for s in aggregators if fairseq_runs.warm_start_flags(s)):

@@ -61,6 +61,19 @@ def test_continued_rows_start_from_the_converged_best_checkpoint_at_its_learning
     assert 0 < row["references"]["sentences"] <= 60 and 0 <= row["references"]["search_error_share"] <= 1
 
 
+def test_the_continued_systems_start_where_the_converged_transformer_is(quick_converged):
+    """Step 0 of every continued system from the converged best checkpoint: the routing families with their
+    identity start and ramp, and the dense connections, at the Transformer's own validation loss."""
+    workdir, publish, _ = quick_converged
+    step0 = json.loads((publish / "converged-cpu.json").read_text())["continued_step0"]
+    assert {"baseline", "transformer_emrouting_small (identity + ramp)", "transformer_mudd_small",
+            "transformer_dwa_small", "transformer_dyncomb_small"} <= set(step0)
+    for start in ("transformer_emrouting_small (identity + ramp)", "transformer_mudd_small", "transformer_dwa_small"):
+        assert step0[start]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4), start
+    assert "at step 0 of a warm start from `converged-baseline-s1`'s best checkpoint" in (
+        publish / "converged-cpu.md").read_text()
+
+
 def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_converged, tmp_path):
     workdir, publish, _ = quick_converged
     table = (publish / "converged-cpu.md").read_text()

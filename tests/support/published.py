@@ -14,4 +14,4 @@ def converged_table(payload: Dict[str, object]) -> str:
     args = argparse.Namespace(**{key: config[key] for key in (
         "warm_updates", "warmup", "validate_interval_updates", "patience_updates", "update_cap")})
     return converged.format_tables(rows, payload["results"], payload["compute_equivalence"], payload["caption"],
-                                   args, payload.get("failures", {}))
+                                   args, payload.get("failures", {}), payload.get("continued_step0"))
