@@ -40,7 +40,8 @@ case "${1:-}" in
     # 16,384 tokens per update (the CPU runs' 4,096 x 4); validation every 250 updates, patience 1,000, at
     # most 4,000; 500 further updates for the continued rows (about 2 epochs at this batch size)
     timeout "${LIMIT:-480}" "$PYTHON" -m fairseq_capsagg.pipeline.table1 --table converged "${device[@]}" \
-      --workdir "${WORK:-runs/converged-gpu}" --rows "$ROWS" --max-tokens 16384 --warmup 100 \
+      --workdir "${WORK:-runs/converged-gpu}" --systems baseline,emrouting,dyncomb,mudd --rows "$ROWS" \
+      --max-tokens 16384 --warmup 100 \
       --validate-interval-updates 250 --patience-updates 1000 --update-cap 4000 --warm-updates 500 \
       --publish "${OUT:-docs/results}" "$@"
     ;;
