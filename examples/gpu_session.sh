@@ -8,25 +8,31 @@
 #   examples/gpu_session.sh            # on the GPU machine (the device tool: carry .whl; it sets OUT)
 #   examples/gpu_session.sh --cpu      # the same steps reduced to seconds on a CPU (how it is tested)
 #
-# Writes $OUT/speed-gpu/speed.{md,json} and $OUT/converged-gpu.{md,json} with converged-curves-gpu.png
-# (OUT defaults to docs/results).
+# Writes $OUT/speed-gpu/speed.{md,json}, $OUT/converged-gpu.{md,json} with converged-curves-gpu.png, and
+# its log, $OUT/gpu-session.log (OUT defaults to docs/results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-docs/results} PYTHON=${PYTHON:-python3}
-SYSTEMS=(baseline linagg dyncomb emrouting dwa mudd dlcl hc mhc)
-if [[ -d .whl ]]; then
-  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-  export PYTHONPATH=/tmp/site:$PWD
-fi
-if [[ ${1:-} == --cpu ]]; then
-  speed=(--device cpu --shapes small --systems baseline mhc --steps 1 --warmup 1 --tokens 128 --length 8
-         --decode-sentences 2 --vocab 500)
-  converged=(--quick --report-only)
-else
-  speed=(--device cuda --shapes base --systems "${SYSTEMS[@]}")
-  converged=()
-fi
+export OUT=${OUT:-docs/results} PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
+mkdir -p "$OUT"
+session() {
+  SYSTEMS=(baseline linagg dyncomb emrouting dwa mudd dlcl hc mhc)
+  if [[ -d .whl ]]; then
+    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+    export PYTHONPATH=/tmp/site:$PWD
+  fi
+  if [[ ${1:-} == --cpu ]]; then
+    speed=(--device cpu --shapes small --systems baseline mhc --steps 1 --warmup 1 --tokens 128 --length 8
+           --decode-sentences 2 --vocab 500)
+    converged=(--quick --report-only)
+  else
+    speed=(--device cuda --shapes base --systems "${SYSTEMS[@]}")
+    converged=()
+  fi
 
-timeout "${SPEED_LIMIT:-150}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --output-dir "$OUT/speed-gpu" ||
-  echo "[gpu-session] the speed benchmark failed or ran out of time (exit $?); the converged comparison runs"
-LIMIT=${LIMIT:-390} bash examples/converged_gpu.sh run "${converged[@]}"
+  timeout "${SPEED_LIMIT:-150}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --output-dir "$OUT/speed-gpu" ||
+    echo "[gpu-session] the speed benchmark failed or ran out of time (exit $?); the converged comparison runs"
+  LIMIT=${LIMIT:-390} bash examples/converged_gpu.sh run "${converged[@]}"
+}
+
+# the whole log comes back with the tables (the device returns what is under $OUT), even after a time limit
+session "$@" 2>&1 | tee "$OUT/gpu-session.log"

@@ -122,3 +122,4 @@ def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
     speed = json.loads((tmp_path / "out" / "speed-gpu" / "speed.json").read_text())
     assert [row["system"] for row in speed["rows"]] == ["baseline", "mhc"]
     assert "| converged-baseline-s1 | Transformer | 1 | pending |" in (tmp_path / "out" / "converged-cpu.md").read_text()
+    assert "| converged-baseline-s1 |" in (tmp_path / "out" / "gpu-session.log").read_text()  # its whole log
