@@ -9,9 +9,21 @@ from fairseq_capsagg.aggregators import squash
 from fairseq_capsagg.aggregators.em_routing import VARIANCE_FLOOR
 
 
-@pytest.mark.parametrize("n_caps", [1, 4, D])
-@pytest.mark.parametrize("iters", [1, 3])
-@pytest.mark.parametrize("capsule_input", ["all", "layer", "all-rank3"])
+def assert_position_matches(agg, out, t: int, b: int, omega, history) -> None:
+    """Position (t, b) of a routing's output and of its agreement at every iteration against the reference's."""
+    torch.testing.assert_close(out[t, b].double(), torch.cat(omega), rtol=1e-4, atol=1e-5)
+    for it, agreement in enumerate(history):
+        torch.testing.assert_close(agg.agreement[it][t, b].double(), torch.tensor(agreement, dtype=torch.double),
+                                   rtol=1e-4, atol=1e-5)
+
+
+#: The routing shapes both algorithms are checked at: output capsules, iterations, input capsules.
+routing_shapes = pytest.mark.parametrize("n_caps,iters,capsule_input", [
+    (n_caps, iters, capsule_input) for n_caps in (1, 4, D) for iters in (1, 3)
+    for capsule_input in ("all", "layer", "all-rank3")])
+
+
+@routing_shapes
 @pytest.mark.parametrize("routing_softmax", ["output", "input"])
 @torch.no_grad()
 def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input, routing_softmax):
@@ -23,16 +35,10 @@ def test_dynamic_routing_matches_algorithm_1(n_caps, iters, capsule_input, routi
         for b in range(B):
             _, votes = ref.reference_votes(agg, [x[t, b].double() for x in xs])
             omega, history = ref.dynamic_routing(votes, iters, routing_softmax)
-            torch.testing.assert_close(out[t, b].double(), torch.cat(omega), rtol=1e-4, atol=1e-5)
-            for it in range(iters):
-                torch.testing.assert_close(agg.agreement[it][t, b].double(),
-                                           torch.tensor(history[it], dtype=torch.double),
-                                           rtol=1e-4, atol=1e-5)
+            assert_position_matches(agg, out, t, b, omega, history)
 
 
-@pytest.mark.parametrize("n_caps", [1, 4, D])
-@pytest.mark.parametrize("iters", [1, 3])
-@pytest.mark.parametrize("capsule_input", ["all", "layer", "all-rank3"])
+@routing_shapes
 @torch.no_grad()
 def test_em_routing_matches_algorithm_2(n_caps, iters, capsule_input):
     agg = build("em-routing", n_caps, iters, capsule_input)
@@ -46,13 +52,9 @@ def test_em_routing_matches_algorithm_2(n_caps, iters, capsule_input):
                                        + agg.activation_bias[l].double()).item() for l in range(L)]
             omega, history, acts = ref.em_routing(votes, input_act, agg.beta_a, agg.beta_mu, iters,
                                                   agg.inverse_temperature, VARIANCE_FLOOR)
-            torch.testing.assert_close(out[t, b].double(), torch.cat(omega), rtol=1e-4, atol=1e-5)
+            assert_position_matches(agg, out, t, b, omega, history)
             torch.testing.assert_close(agg.output_activations[-1][t, b].double(),
                                        torch.tensor(acts, dtype=torch.double), rtol=1e-4, atol=1e-5)
-            for it in range(iters):
-                torch.testing.assert_close(agg.agreement[it][t, b].double(),
-                                           torch.tensor(history[it], dtype=torch.double),
-                                           rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", ROUTINGS)
