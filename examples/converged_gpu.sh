@@ -31,10 +31,7 @@ case "${1:-}" in
     ;;
   run)
     shift
-    if [[ -d .whl ]] && ! "$PYTHON" -c "import fairseq" 2>/dev/null; then  # examples/gpu_session.sh installed it
-      "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-      export PYTHONPATH=/tmp/site:$PWD
-    fi
+    source examples/gpu_wheels.sh
     device=(--gpu)
     if [[ " $* " == *" --quick "* ]]; then device=(); fi
     # 16,384 tokens per update (the CPU runs' 4,096 x 4); validation every 250 updates, patience 1,000, at

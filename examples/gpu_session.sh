@@ -16,10 +16,7 @@ export OUT=${OUT:-docs/results} PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 session() {
   SYSTEMS=(baseline linagg dyncomb emrouting dwa mudd dlcl hc mhc)
-  if [[ -d .whl ]]; then
-    "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
-    export PYTHONPATH=/tmp/site:$PWD
-  fi
+  source examples/gpu_wheels.sh
   if [[ ${1:-} == --cpu ]]; then
     speed=(--device cpu --shapes small --systems baseline mhc --steps 1 --warmup 1 --tokens 128 --length 8
            --decode-sentences 2 --vocab 500)

@@ -14,7 +14,7 @@ from typing import Iterator, Tuple
 
 import sentencepiece as spm
 
-BIN = Path(sys.executable).parent
+from fairseq_capsagg.pipeline.fairseq_runs import tool_command
 
 
 def clean_pairs(src_path: Path, tgt_path: Path, max_words: int, max_ratio: float) -> Iterator[Tuple[str, str]]:
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
             lines = path.read_text(encoding="utf-8").splitlines()
             pieces = processor.encode(lines, out_type=str)
             (out / f"spm.{split}.{lang}").write_text("".join(" ".join(x) + "\n" for x in pieces), encoding="utf-8")
-    subprocess.run([str(BIN / "fairseq-preprocess"), "--source-lang", args.src, "--target-lang", args.tgt,
+    subprocess.run([*tool_command("fairseq-preprocess"), "--source-lang", args.src, "--target-lang", args.tgt,
                     "--trainpref", str(out / "spm.train"), "--validpref", str(out / "spm.valid"),
                     "--testpref", str(out / "spm.test"), "--joined-dictionary", "--destdir", str(out / "data-bin"),
                     "--workers", str(args.workers)], check=True)
