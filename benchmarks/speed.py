@@ -102,6 +102,59 @@ def measure(args) -> dict:
             "decode_sentences_per_s": dec_src.size(0) / decode_seconds, "peak_memory_bytes": peak}
 
 
+def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
+    """``speed.{json,md}`` in ``--output-dir`` for every (shape, system) measured so far, ratios paired
+    with the reference (the first of ``--systems``) of the same round; the systems not yet measured
+    are listed as pending, so a run stopped by a time limit still says what it measured."""
+    rows, pending = [], []
+    for shape in args.shapes:
+        s = SHAPES[shape]
+        arch = Shape(d=s["d"], ffn=s["ffn"], layers=6, vocab=args.vocab, src_len=args.length, tgt_len=args.length)
+        reference = runs[(shape, args.systems[0])]
+        for system in args.systems:
+            measured = runs[(shape, system)][: len(reference)]  # only rounds whose reference was measured
+            if len(measured) < args.repeats:
+                pending.append(f"{shape} {system} ({len(measured)} of {args.repeats} rounds)")
+            if not measured:
+                continue
+            result = {key: statistics.median(r[key] for r in measured) for key in measured[0]}
+            agg = aggregator_macs(SYSTEMS[system], s["d"], 6, s["d"], rank=args.capsule_rank)
+            result.update(shape=shape, system=system, repeats=len(measured),
+                          aggregator_flop_share=2 * agg / (transformer_macs(arch) + 2 * agg),
+                          flop_bound=flop_bound(transformer_macs(arch), 2 * agg))
+            for key in ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes"):
+                # paired: each repeat against the reference measured in the same round
+                ratios = [r[key] / b[key] for r, b in zip(measured, reference)]
+                result[key + "_ratio"] = statistics.median(ratios)
+                result[key + "_ratio_range"] = [min(ratios), max(ratios)]
+            rows.append(result)
+    out_dir = Path(args.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
+    (out_dir / "speed.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows,
+                                                    "pending": pending}, indent=2))
+    rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
+    spread = (f"; median of {args.repeats} round-robin repeats, ratios paired within a round (range in brackets)"
+              if args.repeats > 1 else "")
+    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{rank}"
+             f"{spread}.", "",
+             "| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
+             "| decode sent/s | ratio | peak memory | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def ratio(r: dict, key: str) -> str:
+        low, high = r[key + "_ratio_range"]
+        return f"{r[key + '_ratio']:.2f}" + (f" ({low:.2f}-{high:.2f})" if r["repeats"] > 1 else "")
+
+    for r in rows:
+        lines.append(f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
+                     f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
+                     f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
+                     f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} |")
+    if pending:
+        lines += ["", "Pending (not measured yet, or fewer rounds than asked): " + "; ".join(pending) + "."]
+    (out_dir / "speed.md").write_text("\n".join(lines) + "\n")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", default=["small", "base"], choices=list(SHAPES))
@@ -138,46 +191,8 @@ def main(argv=None) -> int:
                 runs[(shape, system)].append(json.loads(out))
                 print(f"[repeat {repeat + 1}/{args.repeats}] {shape:5s} {system:10s} train "
                       f"{runs[(shape, system)][-1]['train_tokens_per_s']:8.0f} tok/s", flush=True)
-    rows = []
-    for shape in args.shapes:
-        s = SHAPES[shape]
-        arch = Shape(d=s["d"], ffn=s["ffn"], layers=6, vocab=args.vocab, src_len=args.length, tgt_len=args.length)
-        reference = runs[(shape, args.systems[0])]
-        for system in args.systems:
-            measured = runs[(shape, system)]
-            result = {key: statistics.median(r[key] for r in measured) for key in measured[0]}
-            agg = aggregator_macs(SYSTEMS[system], s["d"], 6, s["d"], rank=args.capsule_rank)
-            result.update(shape=shape, system=system, repeats=len(measured),
-                          aggregator_flop_share=2 * agg / (transformer_macs(arch) + 2 * agg),
-                          flop_bound=flop_bound(transformer_macs(arch), 2 * agg))
-            for key in ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes"):
-                # paired: each repeat against the reference measured in the same round
-                ratios = [r[key] / b[key] for r, b in zip(measured, reference)]
-                result[key + "_ratio"] = statistics.median(ratios)
-                result[key + "_ratio_range"] = [min(ratios), max(ratios)]
-            rows.append(result)
-    out_dir = Path(args.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
-    (out_dir / "speed.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows}, indent=2))
-    rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
-    spread = (f"; median of {args.repeats} round-robin repeats, ratios paired within a round (range in brackets)"
-              if args.repeats > 1 else "")
-    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{rank}"
-             f"{spread}.", "",
-             "| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
-             "| decode sent/s | ratio | peak memory | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    def ratio(r: dict, key: str) -> str:
-        low, high = r[key + "_ratio_range"]
-        return f"{r[key + '_ratio']:.2f}" + (f" ({low:.2f}-{high:.2f})" if args.repeats > 1 else "")
-
-    for r in rows:
-        lines.append(f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
-                     f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
-                     f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
-                     f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} |")
-    (out_dir / "speed.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+                write_tables(args, runs)  # after every measurement: a run cut short by a time limit keeps it
+    print((Path(args.output_dir) / "speed.md").read_text(), end="")
     return 0
 
 

@@ -1,34 +1,41 @@
 #!/usr/bin/env bash
 # Everything this project measures on a lent GPU, in one call of the device tool (at most 9 minutes,
-# each step under its own time limit): first the speed and peak memory of the aggregators against the
-# Transformer at `base` (benchmarks/speed.py, one round), then the reduced converged comparison
-# (examples/converged_gpu.sh run). A step that fails or runs out of time is said, and the next runs.
+# each step under its own time limit): first the paper's protocol from the CPU-converged Transformer
+# (examples/converged_gpu.sh run, about 6 minutes), then the speed and peak memory of every system against
+# the Transformer at `base` with 16,384-token batches (benchmarks/speed.py, one round; its tables are
+# rewritten after every system, so a time limit keeps what was measured). A step that fails or runs out of
+# time is said, and the next runs.
 #
 #   examples/converged_gpu.sh wheels   # here, before: the wheels the GPU machine lacks, into .whl/
-#   examples/gpu_session.sh            # on the GPU machine (the device tool: carry .whl; it sets OUT)
+#   examples/converged_gpu.sh pack     # here, before: the CPU queue's converged Transformer, into .gpu-reference/
+#   examples/gpu_session.sh            # on the GPU machine (the device tool: carry .whl and .gpu-reference;
+#                                      #   it sets OUT)
 #   examples/gpu_session.sh --cpu      # the same steps reduced to seconds on a CPU (how it is tested)
 #
-# Writes $OUT/speed-gpu/speed.{md,json}, $OUT/converged-gpu.{md,json} with converged-curves-gpu.png, and
+# Writes $OUT/converged-gpu.{md,json} with converged-curves-gpu.png, $OUT/speed-gpu/speed.{md,json}, and
 # its log, $OUT/gpu-session.log (OUT defaults to docs/results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export OUT=${OUT:-docs/results} PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
 mkdir -p "$OUT"
 session() {
-  SYSTEMS=(baseline linagg dyncomb emrouting dwa mudd dlcl hc mhc)
+  # the streams first: their large-batch GPU speed is the one not measured yet (2026-11-27)
+  SYSTEMS=(baseline hc mhc dlcl dwa mudd emrouting dyncomb linagg)
   source examples/gpu_wheels.sh
   if [[ ${1:-} == --cpu ]]; then
     speed=(--device cpu --shapes small --systems baseline mhc --steps 1 --warmup 1 --tokens 128 --length 8
            --decode-sentences 2 --vocab 500)
     converged=(--quick --report-only)
   else
-    speed=(--device cuda --shapes base --systems "${SYSTEMS[@]}")
+    speed=(--device cuda --shapes base --systems "${SYSTEMS[@]}" --tokens 16384 --length 64 --steps 10 --warmup 3
+           --decode-sentences 64)
     converged=()
   fi
 
+  LIMIT=${LIMIT:-400} bash examples/converged_gpu.sh run "${converged[@]}" ||
+    echo "[gpu-session] the converged comparison failed or ran out of time (exit $?); the speed benchmark runs"
   timeout "${SPEED_LIMIT:-150}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --output-dir "$OUT/speed-gpu" ||
-    echo "[gpu-session] the speed benchmark failed or ran out of time (exit $?); the converged comparison runs"
-  LIMIT=${LIMIT:-390} bash examples/converged_gpu.sh run "${converged[@]}"
+    echo "[gpu-session] the speed benchmark failed or ran out of time (exit $?)"
 }
 
 # the whole log comes back with the tables (the device returns what is under $OUT), even after a time limit

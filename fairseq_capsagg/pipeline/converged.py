@@ -115,8 +115,11 @@ class ConvergedTable:
     """Trains, scores and reports the rows of the converged comparison in ``args.workdir``."""
 
     def __init__(self, args: argparse.Namespace, stages: Stages, data_bin: Path, hp: Dict[str, object],
-                 raw_refs: Sequence[str], num_test: int, valid_refs: Sequence[str]):
+                 raw_refs: Sequence[str], num_test: int, valid_refs: Sequence[str],
+                 imported: Optional[Dict[str, object]] = None):
         self.args, self.stages, self.data_bin, self.hp = args, stages, data_bin, hp
+        #: ``converged-baseline-s1`` trained and scored elsewhere (:mod:`.reference_pack`'s manifest), or None.
+        self.imported = imported
         self.raw_refs, self.num_test, self.valid_refs = raw_refs, num_test, valid_refs
         self.work: Path = args.workdir
         self.rule = convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
@@ -133,9 +136,11 @@ class ConvergedTable:
         return self.work / "logs" / f"train-{name}"
 
     def continued_lr(self) -> float:
-        """The learning rate the Transformer had reached at its best checkpoint (where b. starts)."""
+        """The learning rate the Transformer had reached at its best checkpoint (where b. starts), on the
+        schedule that trained it (an imported Transformer's own)."""
         best_update = self.stages.done[f"train {REFERENCE}"]["best_update"]
-        return fairseq_runs.inverse_sqrt_lr(best_update, self.args.lr, self.args.warmup)
+        schedule = self.imported["config"] if self.imported else vars(self.args)
+        return fairseq_runs.inverse_sqrt_lr(best_update, schedule["lr"], schedule["warmup"])
 
     def row_flags(self, row: Row) -> List[str]:
         flags = list(self.rule.fairseq_flags())
@@ -251,10 +256,12 @@ class ConvergedTable:
                         report(self.compared(rows, results))
                         continue
                     trained_now = True
-                if f"train {row.name}" in self.stages.done:
+                if row.name == REFERENCE and self.imported:  # scored where it was trained
+                    results[row.name] = {**self.imported["result"], "imported_from": self.imported["source"]}
+                elif f"train {row.name}" in self.stages.done:
                     results[row.name] = self.evaluate(row)
-                    if row.name == REFERENCE:
-                        self.step0 = self.continued_starts()
+                if row.name == REFERENCE and row.name in results:
+                    self.step0 = self.continued_starts()
                 if trained_now:
                     report(self.compared(rows, results))
         report(self.compared(rows, results))

@@ -157,11 +157,21 @@ def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:
         if tied not in by_storage:  # a tied weight (shared embeddings) stays one tensor
             by_storage[tied] = torch.stack([s["model"][key].double() for s in states]).mean(0).to(newest.dtype)
         averaged["model"][key] = by_storage[tied]
-    averaged["last_optimizer_state"] = None
     averaged["averaged_checkpoints"] = [p.name for p in paths]
+    return save_without_optimizer(averaged, out)
+
+
+def save_without_optimizer(state: Dict[str, object], out: Path) -> Path:
+    """Writes a fairseq checkpoint ``state`` to ``out`` with its optimizer state dropped (a third of the
+    size: what a warm start (``--finetune-from-model``) and decoding read is kept, the update count too)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(averaged, out)
+    torch.save({**state, "last_optimizer_state": None}, out)
     return out
+
+
+def copy_without_optimizer(path: Path, out: Path) -> Path:
+    """``path``, a fairseq checkpoint, written to ``out`` without its optimizer state."""
+    return save_without_optimizer(_load(path), out)
 
 
 _SCORE = re.compile(r"^H-(\d+)\t(-?[0-9.]+(?:e-?\d+)?|-?inf|nan)\t")

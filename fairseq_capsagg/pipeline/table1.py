@@ -50,7 +50,7 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, fairseq_runs, length_penalty, report
+from . import converged, fairseq_runs, length_penalty, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_cells, score_row, tune_row
@@ -197,6 +197,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--lenpen-grid", default=None,
                    help="length penalties tried on the validation split for every row, the best decoding the "
                         f"test split a second time ('' for none; default {LENPEN_GRID}, with --table converged none)")
+    p.add_argument("--reference-from", type=Path, default=None,
+                   help="--table converged: converged-baseline-s1 imported from a pack of another work directory "
+                        "(python -m fairseq_capsagg.pipeline.reference_pack WORKDIR PACK) instead of trained here; "
+                        "the continued rows start from it")
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
@@ -235,6 +239,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
     if args.quick:
         apply_quick(args)
+    if args.reference_from is not None and args.table != "converged":
+        p.error(f"--reference-from: only with --table converged (got --table {args.table})")
     if args.table == "converged":
         try:
             converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
@@ -263,7 +269,10 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
         keys = [k for k in keys if k != "max_update"] + ["validate_interval_updates", "patience_updates", "update_cap"]
     if args.pair != PAIR:  # written only for another pair: work directories from before hold en-de
         keys += ["source_lang", "target_lang"]
-    return {k: getattr(args, k) for k in keys}
+    config = {k: getattr(args, k) for k in keys}
+    if args.table == "converged" and args.reference_from is not None:  # absent otherwise, as before the flag
+        config["reference_from"] = str(args.reference_from.resolve())
+    return config
 
 
 def row_flags(row: Row, args: argparse.Namespace, baseline_checkpoint: Path) -> List[str]:
@@ -370,6 +379,13 @@ def main(argv=None) -> int:
     except corpus_mod.CorpusError as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
+    imported = None
+    if args.reference_from is not None:
+        try:
+            imported = reference_pack.import_into(args.reference_from, work, stages, config_of(args))
+        except reference_pack.PackError as e:
+            print(f"table1: error: {e}", file=sys.stderr)
+            return 2
     try:
         data_bin = prepare_data(work, corpus_dir, pair, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
                                 stages)
@@ -390,8 +406,12 @@ def main(argv=None) -> int:
         caption = (f"{test_split}; shape {args.shape}; <= {args.max_tokens} tokens per "
                    f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}."
                    f"{bleu_signature}")
+        if imported:
+            source = imported["config"]
+            caption += (f" `{converged.REFERENCE}` imported from {imported['source']} (trained there with <= "
+                        f"{source['max_tokens']} tokens per update, lr {source['lr']}, warm-up {source['warmup']}).")
 
-        comparison = converged.ConvergedTable(args, stages, data_bin, hp, raw_refs, num_test, valid_refs)
+        comparison = converged.ConvergedTable(args, stages, data_bin, hp, raw_refs, num_test, valid_refs, imported)
 
         def report_converged(results: Dict[str, Dict[str, object]]) -> None:
             equivalence = converged.compute_equivalence(rows, results)

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from fairseq_capsagg.pipeline import reference_pack
 from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import ROOT, table1
 from published import converged_table
-
 
 
 CONVERGED_ROWS = "converged-baseline-s1,continued-baseline"
@@ -98,10 +98,17 @@ def test_a_converged_rule_off_the_validation_grid_is_one_clear_line(tmp_path):
     assert "error: --validate-interval-updates 500, --patience-updates 1234" in result.stderr
 
 
+def gpu_command_env(tmp_path):
+    """The GPU commands' environment for a run on this CPU: their outputs in ``tmp_path``, and no wheels or
+    converged-Transformer pack of this checkout (.whl, .gpu-reference, made for the GPU) picked up."""
+    return dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"),
+                WHEELS_DIR=str(tmp_path / "no-wheels"), PACK=str(tmp_path / "no-pack"))
+
+
 def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
     """examples/converged_gpu.sh run, with --quick on this CPU and training nothing: its flags parse and its
     rows exist (the GPU run itself needs a device)."""
-    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"))
+    env = gpu_command_env(tmp_path)
     result = subprocess.run(["bash", str(ROOT / "examples" / "converged_gpu.sh"), "run", "--quick", "--report-only"],
                             capture_output=True, text=True, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -115,7 +122,7 @@ def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
 def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
     """examples/gpu_session.sh --cpu: the speed benchmark, then the converged command (training nothing),
     both writing where the device tool collects them."""
-    env = dict(os.environ, PYTHON=sys.executable, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"))
+    env = gpu_command_env(tmp_path)
     result = subprocess.run(["bash", str(ROOT / "examples" / "gpu_session.sh"), "--cpu"],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -123,3 +130,69 @@ def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
     assert [row["system"] for row in speed["rows"]] == ["baseline", "mhc"]
     assert "| converged-baseline-s1 | Transformer | 1 | pending |" in (tmp_path / "out" / "converged-cpu.md").read_text()
     assert "| converged-baseline-s1 |" in (tmp_path / "out" / "gpu-session.log").read_text()  # its whole log
+
+
+def test_the_continued_rows_run_elsewhere_from_a_packed_converged_transformer(quick_converged, tmp_path):
+    """reference_pack carries the converged Transformer (data, subwords, best checkpoint without its optimizer,
+    its scored row); a run importing it trains only the continued rows, at the learning rate the Transformer
+    reached on its own schedule, and they train as they did where the Transformer converged."""
+    workdir, publish, _ = quick_converged
+    pack = tmp_path / "pack"
+    packed = subprocess.run([sys.executable, "-m", "fairseq_capsagg.pipeline.reference_pack", str(workdir), str(pack)],
+                            capture_output=True, text=True, timeout=300)
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    best = workdir / "checkpoints" / "converged-baseline-s1" / "checkpoint_best.pt"
+    assert (pack / "checkpoint_best.pt").stat().st_size < best.stat().st_size / 2  # no optimizer state
+    other, out = tmp_path / "other", tmp_path / "out"
+    # another peak learning rate here: the continued rows must still take the packed Transformer's schedule
+    result = table1("--quick", "--table", "converged", "--workdir", str(other), "--reference-from", str(pack),
+                    "--rows", "converged-baseline-s1,continued-baseline", "--lr", "1e-3", "--publish", str(out))
+    assert "[main-job] train converged-baseline-s1 ..." not in result.stdout
+    assert "[main-job] train continued-baseline ..." in result.stdout
+    source = json.loads((publish / "converged-cpu.json").read_text())["results"]
+    payload = json.loads((out / "converged-cpu.json").read_text())
+    imported, row = payload["results"]["converged-baseline-s1"], payload["results"]["continued-baseline"]
+    assert imported["imported_from"] == str(workdir.resolve())
+    assert {k: v for k, v in imported.items() if k != "imported_from"} == source["converged-baseline-s1"]
+    assert row["lr"] == pytest.approx(source["continued-baseline"]["lr"])
+    log = (other / "logs" / "train-continued-baseline" / "from-0.log").read_text()
+    assert f"loading pretrained model from {other}/checkpoints/converged-baseline-s1/checkpoint_best.pt" in log
+    assert [p["update"] for p in row["curve"]] == [p["update"] for p in source["continued-baseline"]["curve"]]
+    for here, there in zip(row["curve"], source["continued-baseline"]["curve"]):
+        assert here["loss"] == pytest.approx(there["loss"], abs=2e-3)  # the same start, data and schedule
+    assert row["delta_bleu"] == pytest.approx(row["bleu"] - imported["bleu"], abs=0.01)
+    assert f"`converged-baseline-s1` imported from {workdir.resolve()}" in (out / "converged-cpu.md").read_text()
+    assert converged_table(payload) == (out / "converged-cpu.md").read_text()
+
+
+def test_a_pack_of_other_data_settings_is_one_clear_line(quick_converged, tmp_path):
+    workdir, _, _ = quick_converged
+    pack = reference_pack.export(workdir, tmp_path / "pack")
+    result = table1("--quick", "--table", "converged", "--workdir", str(tmp_path / "w"), "--reference-from", str(pack),
+                    "--shape", "base", check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"table1: error: --reference-from {pack}: its Transformer was trained with other data settings " \
+           "(shape: small there, base here); rerun with the pack's settings" in result.stderr
+    missing = table1("--quick", "--table", "converged", "--workdir", str(tmp_path / "v"), "--reference-from",
+                     str(tmp_path / "nothing"), check=False)
+    assert missing.returncode == 2 and "no reference.json there" in missing.stderr
+
+
+def test_the_gpu_command_imports_the_packed_transformer(quick_converged, tmp_path):
+    """examples/converged_gpu.sh pack, then run (--quick, training nothing): the packed Transformer is the
+    table's converged row, imported; its continued rows wait for the GPU."""
+    workdir, publish, _ = quick_converged
+    env = dict(gpu_command_env(tmp_path), PACK=str(tmp_path / "pack"))
+    script = str(ROOT / "examples" / "converged_gpu.sh")
+    packed = subprocess.run(["bash", script, "pack", str(workdir)], capture_output=True, text=True, env=env,
+                            timeout=300)
+    assert packed.returncode == 0, packed.stderr[-3000:]
+    result = subprocess.run(["bash", script, "run", "--quick", "--report-only"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    payload = json.loads((tmp_path / "out" / "converged-cpu.json").read_text())
+    source = json.loads((publish / "converged-cpu.json").read_text())["results"]["converged-baseline-s1"]
+    assert payload["results"]["converged-baseline-s1"]["bleu"] == source["bleu"]
+    assert payload["config"]["reference_from"] == str((tmp_path / "pack").resolve())
+    assert re.search(r"\| continued-emrouting \| [^|]+ \| \d \| pending \|", (tmp_path / "out" / "converged-cpu.md")
+                     .read_text())

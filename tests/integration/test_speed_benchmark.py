@@ -1,6 +1,7 @@
 """The speed benchmark end to end: every system timed in its own process, ratios written (no timing
 asserted)."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -23,3 +24,34 @@ def test_speed_benchmark_writes_ratios(tmp_path):
     assert low <= rows[1]["train_tokens_per_s_ratio"] <= high
     assert rows[1]["params"] > rows[0]["params"] and 0 < rows[1]["flop_bound"] < 1
     assert "| small | mudd |" in (tmp_path / "speed.md").read_text()
+
+
+def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, monkeypatch):
+    """A run stopped by a time limit (the device tool's) keeps its measurements: after every child the
+    tables hold the systems measured so far, paired with the reference of their round, and name the rest."""
+    monkeypatch.syspath_prepend(str(ROOT / "benchmarks"))
+    import speed
+
+    def measured(tokens_per_s: float) -> dict:
+        return {"params": 1e6, "train_steps_per_s": 1.0, "train_tokens_per_s": tokens_per_s,
+                "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
+
+    args = argparse.Namespace(
+        shapes=["small"], systems=["baseline", "mudd", "hc"], repeats=2, vocab=500, length=8, tokens=128, beam=4,
+        capsule_rank=0, device="cpu", threads=2, output_dir=str(tmp_path))
+    runs = {("small", "baseline"): [measured(100.0), measured(200.0)],
+            ("small", "mudd"): [measured(50.0), measured(180.0)], ("small", "hc"): []}
+    speed.write_tables(args, runs)
+    payload = json.loads((tmp_path / "speed.json").read_text())
+    assert [r["system"] for r in payload["rows"]] == ["baseline", "mudd"]
+    mudd = payload["rows"][1]
+    assert mudd["train_tokens_per_s_ratio_range"] == [0.5, 0.9]  # each round against its own baseline
+    assert payload["pending"] == ["small hc (0 of 2 rounds)"]
+    assert "Pending (not measured yet, or fewer rounds than asked): small hc (0 of 2 rounds)." in \
+        (tmp_path / "speed.md").read_text()
+
+    runs[("small", "baseline")].append(measured(300.0))  # a third round's reference only: nothing to pair with
+    args.repeats = 3
+    speed.write_tables(args, runs)
+    payload = json.loads((tmp_path / "speed.json").read_text())
+    assert payload["rows"][1]["repeats"] == 2 and "small mudd (2 of 3 rounds)" in payload["pending"]
