@@ -1,7 +1,7 @@
 """Manifold-constrained hyper-connections, mHC (DeepSeek-AI, "mHC: Manifold-Constrained Hyper-Connections",
 2025)."""
 
-from typing import Tuple
+from typing import Callable, Dict, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -35,6 +35,17 @@ def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
         return log_p.exp().permute(2, 0, 1).contiguous().view(shape)  # each position's matrix contiguous again
 
 
+_COMPILED_SINKHORN: Dict[str, Callable[[Tensor], Tensor]] = {}
+
+
+def compiled_sinkhorn() -> Callable[[Tensor], Tensor]:
+    """:func:`sinkhorn` through ``torch.compile`` (made once, shapes dynamic): its iterations fused into a
+    few kernels, forward and backward."""
+    if "sinkhorn" not in _COMPILED_SINKHORN:
+        _COMPILED_SINKHORN["sinkhorn"] = torch.compile(sinkhorn, dynamic=True)
+    return _COMPILED_SINKHORN["sinkhorn"]
+
+
 @register_aggregator
 class ManifoldHyperConnections(StreamConnection):
     """One block's mHC: x_{l+1} = H_res x_l + H_post^T F(H_pre x_l) with H_pre = sigmoid(.), H_post =
@@ -55,8 +66,10 @@ class ManifoldHyperConnections(StreamConnection):
     family = "mhc"
     label = "mHC"
 
-    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
+                 compile_sinkhorn: bool = False):
         super().__init__(embed_dim, num_streams, home, dynamic, last)
+        self.compile_sinkhorn = compile_sinkhorn
         n = num_streams
         self.register_buffer("home", torch.nn.functional.one_hot(torch.tensor(home), n).float(), persistent=False)
         pre = torch.full((n,), PRE_LOGITS[1])
@@ -71,6 +84,10 @@ class ManifoldHyperConnections(StreamConnection):
             self.phi = nn.Linear(n * embed_dim, 2 * n + n * n, bias=False)
             nn.init.zeros_(self.phi.weight)
             self.alpha = nn.Parameter(torch.full((3,), 0.01))  # pre, post, res
+
+    @classmethod
+    def connection_kwargs(cls, settings: StreamSettings) -> Dict[str, object]:
+        return {"compile_sinkhorn": settings.compile_sinkhorn}
 
     @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: StreamSettings) -> float:
@@ -105,7 +122,8 @@ class ManifoldHyperConnections(StreamConnection):
     def constrained(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """The paper's H_pre, H_post and H_res (the latter as mixing rows: stream i into stream j)."""
         pre, post, res = self.logits(streams)
-        return torch.sigmoid(pre), 2 * torch.sigmoid(post), sinkhorn(res).transpose(-1, -2)
+        doubly_stochastic = compiled_sinkhorn() if self.compile_sinkhorn else sinkhorn
+        return torch.sigmoid(pre), 2 * torch.sigmoid(post), doubly_stochastic(res).transpose(-1, -2)
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         pre, post, res = self.constrained(streams)

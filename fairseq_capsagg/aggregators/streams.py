@@ -11,7 +11,7 @@ the model computes exactly what the Transformer computes.
 """
 
 from dataclasses import dataclass
-from typing import ClassVar, Optional, Tuple
+from typing import ClassVar, Dict, Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -29,6 +29,9 @@ class StreamSettings(Settings):
     stream_weights: str = setting(
         "dynamic", "hyper-connections, mHC: static weights only, or static plus weights computed from the streams at "
                    "each position (dynamic, the papers')", choices=("static", "dynamic"))
+    compile_sinkhorn: bool = setting(
+        False, "mHC: fuse Sinkhorn-Knopp's iterations (forward and backward) with torch.compile; the same values, "
+               "fewer kernels (eager, each block runs hundreds of tiny ones: on a GPU they bound mHC's speed)")
 
 
 class StreamConnection(LayerAggregator):
@@ -51,8 +54,14 @@ class StreamConnection(LayerAggregator):
     def connect_blocks(cls, embed_dim: int, num_blocks: int, settings: StreamSettings):
         """One connection per block; block l reads stream l mod n at the start; the last holds the readout."""
         return [cls(embed_dim, settings.residual_streams, home=block % settings.residual_streams,
-                    dynamic=settings.stream_weights == "dynamic", last=block == num_blocks - 1)
+                    dynamic=settings.stream_weights == "dynamic", last=block == num_blocks - 1,
+                    **cls.connection_kwargs(settings))
                 for block in range(num_blocks)]
+
+    @classmethod
+    def connection_kwargs(cls, settings: StreamSettings) -> Dict[str, object]:
+        """The constructor's keyword arguments of one family's own settings (none here)."""
+        return {}
 
     def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
         super().__init__(embed_dim, 1)
