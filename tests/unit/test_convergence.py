@@ -14,7 +14,7 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootSchedule,
 )
 
-from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs
+from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs, reference_pack
 from fairseq_capsagg.pipeline.experiment import Stages
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
@@ -262,3 +262,37 @@ def test_the_progress_command_refuses_a_directory_that_is_not_a_converged_work_d
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"python -m fairseq_capsagg.pipeline.converged: error: {tmp_path} is not a work directory of the "
         "converged comparison (no config.json)")
+
+
+def write_manifest(pack, **config):
+    pack.mkdir()
+    settings = {"shape": "small", "vocab_size": 8000, "max_train_tokens": 64, "quick": False, "lr": 2e-3,
+                "warmup": 200, **config}
+    (pack / reference_pack.MANIFEST).write_text(json.dumps({"source": "elsewhere", "config": settings,
+                                                             "stages": {}, "result": {}}))
+
+
+def test_a_pack_imports_only_into_a_run_of_its_data_settings(tmp_path):
+    """The packed Transformer's vocabulary, shape and pair must be the run's; its schedule may differ (the
+    continued rows take the pack's)."""
+    write_manifest(tmp_path / "ende")
+    here = {"shape": "small", "vocab_size": 8000, "max_train_tokens": 64, "quick": False, "lr": 1e-3, "warmup": 100}
+    assert reference_pack.check_config(tmp_path / "ende", here)["config"]["lr"] == 2e-3
+    zhen = dict(here, source_lang="zh", target_lang="en")  # the default pair's configs do not name it
+    with pytest.raises(reference_pack.PackError, match=r"\(source_lang: en there, zh here; target_lang: de there, "
+                                                       r"en here\); rerun with the pack's settings"):
+        reference_pack.check_config(tmp_path / "ende", zhen)
+    write_manifest(tmp_path / "zhen", source_lang="zh", target_lang="en", vocab_size=4000)
+    with pytest.raises(reference_pack.PackError, match=r"\(vocab_size: 4000 there, 8000 here\)"):
+        reference_pack.check_config(tmp_path / "zhen", zhen)
+
+
+def test_packing_waits_for_a_converged_and_scored_transformer(tmp_path):
+    (tmp_path / "stages.json").write_text(json.dumps({"subwords": {}, "binarise": {}}))
+    with pytest.raises(reference_pack.PackError, match="train converged-baseline-s1 not done yet"):
+        reference_pack.export(tmp_path, tmp_path / "pack")
+    (tmp_path / "stages.json").write_text(json.dumps({"subwords": {}, "binarise": {}, "train converged-baseline-s1": {}}))
+    (tmp_path / "converged.json").write_text(json.dumps({"results": {}}))
+    with pytest.raises(reference_pack.PackError, match="trained but not scored yet"):
+        reference_pack.export(tmp_path, tmp_path / "pack")
+    assert not (tmp_path / "pack").exists()
