@@ -122,14 +122,14 @@ def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
 def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
     """examples/gpu_session.sh --cpu: the speed benchmark, then the converged command (training nothing),
     both writing where the device tool collects them."""
-    env = dict(gpu_command_env(tmp_path), COMPILED_LIMIT="600")  # torch.compile on 2 CPU cores takes its time
+    env = gpu_command_env(tmp_path)
     result = subprocess.run(["bash", str(ROOT / "examples" / "gpu_session.sh"), "--cpu"],
-                            capture_output=True, text=True, env=env, timeout=900)
+                            capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     speed = json.loads((tmp_path / "out" / "speed-gpu" / "speed.json").read_text())
     assert [row["system"] for row in speed["rows"]] == ["baseline", "mhc"]
     compiled = json.loads((tmp_path / "out" / "speed-gpu-compiled" / "speed.json").read_text())
-    assert [row["system"] for row in compiled["rows"]] == ["baseline", "mhc"]
+    assert [row["system"] for row in compiled["rows"]] == ["baseline"]  # mHC on the GPU only: minutes to compile here
     assert compiled["args"]["model_args"] == "--compile-sinkhorn"
     assert "| converged-baseline-s1 | Transformer | 1 | pending |" in (tmp_path / "out" / "converged-cpu.md").read_text()
     assert "| converged-baseline-s1 |" in (tmp_path / "out" / "gpu-session.log").read_text()  # its whole log
