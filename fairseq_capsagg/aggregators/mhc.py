@@ -1,6 +1,7 @@
 """Manifold-constrained hyper-connections, mHC (DeepSeek-AI, "mHC: Manifold-Constrained Hyper-Connections",
 2025)."""
 
+import functools
 from typing import Callable, Dict, Tuple
 
 import torch
@@ -35,15 +36,11 @@ def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
         return log_p.exp().permute(2, 0, 1).contiguous().view(shape)  # each position's matrix contiguous again
 
 
-_COMPILED_SINKHORN: Dict[str, Callable[[Tensor], Tensor]] = {}
-
-
+@functools.cache
 def compiled_sinkhorn() -> Callable[[Tensor], Tensor]:
     """:func:`sinkhorn` through ``torch.compile`` (made once, shapes dynamic): its iterations fused into a
     few kernels, forward and backward."""
-    if "sinkhorn" not in _COMPILED_SINKHORN:
-        _COMPILED_SINKHORN["sinkhorn"] = torch.compile(sinkhorn, dynamic=True)
-    return _COMPILED_SINKHORN["sinkhorn"]
+    return torch.compile(sinkhorn, dynamic=True)
 
 
 @register_aggregator

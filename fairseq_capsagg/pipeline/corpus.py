@@ -26,6 +26,9 @@ class CorpusTarball:
         return self.tarball.name.split("-v")[0]
 
 
+#: The default language pair of the tables (the paper's Table 1 task); work directories of this pair do
+#: not record it in their configuration.
+DEFAULT_PAIR: Pair = ("en", "de")
 #: The corpora carried in the repository's ``data/`` (``data/MANIFEST.md``), by language pair;
 #: ``--source-lang``/``--target-lang`` choose one.
 BUNDLED: Dict[Pair, CorpusTarball] = {

@@ -23,6 +23,7 @@ from typing import Dict, Optional, Sequence
 
 from . import convergence
 from .converged import CONTINUED_REFERENCE, REFERENCE
+from .corpus import DEFAULT_PAIR
 from .experiment import Stages
 
 #: The data settings a pack and the run importing it must share (the checkpoint's vocabulary and shape).
@@ -91,7 +92,7 @@ def check_config(pack: Path, config: Dict[str, object]) -> Dict[str, object]:
                         f"`python -m fairseq_capsagg.pipeline.reference_pack WORKDIR {pack}`")
     manifest = json.loads((pack / MANIFEST).read_text())
     source = manifest["config"]
-    default_pair = {"source_lang": "en", "target_lang": "de"}  # configs of the default pair omit it
+    default_pair = dict(zip(("source_lang", "target_lang"), DEFAULT_PAIR))  # configs of the default pair omit it
     diff = [f"{key}: {source.get(key, default_pair.get(key))} there, {config.get(key, default_pair.get(key))} here"
             for key in DATA_KEYS if source.get(key, default_pair.get(key)) != config.get(key, default_pair.get(key))]
     if diff:

@@ -57,9 +57,9 @@ from .rows import Row, compare, score_cells, score_row, tune_row
 from .subwords import VocabularyTooSmall
 from .warm_starts import step0_losses
 
-#: The default language pair of the tables (the paper's Table 1 task); every table runs on the bundled corpus
-#: of its pair (``--source-lang``/``--target-lang``), in sentencepiece subwords.
-PAIR = ("en", "de")
+#: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
+#: :data:`~.corpus.DEFAULT_PAIR`), in sentencepiece subwords.
+PAIR = corpus_mod.DEFAULT_PAIR
 SUBWORDS = "sentencepiece"
 
 
