@@ -6,6 +6,7 @@
 #   examples/converged_gpu.sh wheels        # here: the wheels the GPU machine lacks, into .whl/ (ignored)
 #   examples/converged_gpu.sh pack [WORK]   # here: the converged Transformer of WORK (runs/converged) into
 #                                           #   .gpu-reference/ (ignored, about 20 MB)
+#   examples/converged_gpu.sh packed        # whether a pack is there (exit status)
 #   examples/converged_gpu.sh run           # on the GPU machine (the device tool: carry .whl and .gpu-reference)
 #   examples/converged_gpu.sh run --quick   # the same rows in minutes on a CPU (how it is tested)
 #
@@ -29,6 +30,7 @@ WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.1
         mock==5.2.0 tensorboardX==2.6.5)
 
 ignore() { grep -qx "/$1/" .git/info/exclude 2>/dev/null || echo "/$1/" >> .git/info/exclude; }
+packed() { [[ -f $PACK/reference.json ]]; }
 
 case "${1:-}" in
   wheels)
@@ -44,13 +46,16 @@ case "${1:-}" in
     ignore "$PACK"
     "$PYTHON" -m fairseq_capsagg.pipeline.reference_pack "${2:-runs/converged}" "$PACK"
     ;;
+  packed)  # exit status 0 when a pack is there for `run`
+    packed
+    ;;
   run)
     shift
     source examples/gpu_wheels.sh
     device=(--gpu)
     if [[ " $* " == *" --quick "* ]]; then device=(); fi
     reference=()
-    if [[ -f $PACK/reference.json ]]; then reference=(--reference-from "$PACK"); fi
+    if packed; then reference=(--reference-from "$PACK"); fi
     # 16,384 tokens per update (the CPU runs' 4,096 x 4); validation every 250 updates; the continued rows
     # 500 further updates (2 epochs at this batch size); without a pack the Transformer first, patience
     # 1,000 updates, at most 4,000
@@ -60,5 +65,5 @@ case "${1:-}" in
       --validate-interval-updates 250 --patience-updates 1000 --update-cap 4000 --warm-updates 500 \
       --publish "${OUT:-docs/results}" "$@"
     ;;
-  *) echo "usage: $0 wheels | pack [WORKDIR] | run [--quick] [capsagg-table1 flags]" >&2; exit 2 ;;
+  *) echo "usage: $0 wheels | pack [WORKDIR] | packed | run [--quick] [capsagg-table1 flags]" >&2; exit 2 ;;
 esac

@@ -187,9 +187,11 @@ def test_the_gpu_command_imports_the_packed_transformer(quick_converged, tmp_pat
     workdir, publish, _ = quick_converged
     env = dict(gpu_command_env(tmp_path), PACK=str(tmp_path / "pack"))
     script = str(ROOT / "examples" / "converged_gpu.sh")
+    assert subprocess.run(["bash", script, "packed"], env=env).returncode == 1
     packed = subprocess.run(["bash", script, "pack", str(workdir)], capture_output=True, text=True, env=env,
                             timeout=300)
     assert packed.returncode == 0, packed.stderr[-3000:]
+    assert subprocess.run(["bash", script, "packed"], env=env).returncode == 0
     result = subprocess.run(["bash", script, "run", "--quick", "--report-only"], capture_output=True, text=True,
                             env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
