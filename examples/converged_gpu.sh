@@ -29,13 +29,11 @@ ROWS=converged-baseline-s1,continued-baseline,continued-emrouting,continued-dync
 WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 subword-nmt==0.3.8
         mock==5.2.0 tensorboardX==2.6.5)
 
-ignore() { grep -qx "/$1/" .git/info/exclude 2>/dev/null || echo "/$1/" >> .git/info/exclude; }
 packed() { [[ -f $PACK/reference.json ]]; }
 
 case "${1:-}" in
   wheels)
     mkdir -p .whl
-    ignore .whl
     "$PYTHON" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
       --platform any -d .whl "${WHEELS[@]}"
@@ -43,7 +41,6 @@ case "${1:-}" in
     ls .whl
     ;;
   pack)
-    ignore "$PACK"
     "$PYTHON" -m fairseq_capsagg.pipeline.reference_pack "${2:-runs/converged}" "$PACK"
     ;;
   packed)  # exit status 0 when a pack is there for `run`
