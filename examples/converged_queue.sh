@@ -3,15 +3,17 @@
 # edits to the checkout cannot change a row while it trains. Its jobs, in order (each resumable; a
 # restarted queue skips what is done):
 #
-#   1. the converged comparison's rows a and b (runs/converged): the Transformer to convergence, then the
-#      paper's protocol from its best checkpoint (the question the comparison exists for, answered first);
+#   1. the converged comparison's row a (runs/converged): the Transformer to convergence;
 #   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
-#      (runs/peers-streams, published to docs/results/streams/);
-#   3. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
+#      (runs/peers-streams, published to docs/results/streams/): about 3 hours that complete a table, so
+#      they go before the 7-8 hours of job 3;
+#   3. the converged comparison's rows b: the paper's protocol from the Transformer's best checkpoint (the
+#      question the comparison exists for);
+#   4. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
 #      convergence, the Transformer's second seed;
-#   4. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
+#   5. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
 #      remains after a-d";
-#   5. every other row of the converged comparison (e: the other peers from scratch), in its order.
+#   6. every other row of the converged comparison (e: the other peers from scratch), in its order.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
@@ -37,11 +39,14 @@ PIDFILE=$WORK/queue.pid
 running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
-  local paper_protocol=converged-baseline-s1,continued-baseline,continued-linagg,continued-dyncomb
-  paper_protocol+=,continued-emrouting,continued-emrouting-encoder,continued-mudd,continued-dwa
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $paper_protocol"
+  local reference=converged-baseline-s1
+  local continued=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
+  continued+=,continued-emrouting-encoder,continued-mudd,continued-dwa
+  local paper_protocol=$reference,$continued
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $reference"
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
        "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $continued"
   local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $from_scratch,converged-baseline-s2"
   echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
