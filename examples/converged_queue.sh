@@ -17,8 +17,8 @@
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
-#   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where
-#                                               # they stop) and the last lines of the queue's log
+#   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where and
+#                                               # when they stop) and the last lines of the queue's log
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
 #   examples/converged_queue.sh stop [--at-checkpoint]  # end it (after the next checkpoint: nothing lost);
 #                                               # `start` resumes from the last checkpoints

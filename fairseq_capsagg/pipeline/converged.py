@@ -424,15 +424,25 @@ def progress(workdir: Path) -> List[str]:
             continue
         stretches, curve = convergence.train_stretches(logs), convergence.validation_curve(logs)
         update = int(stretches[-1]["num_updates"]) if stretches else 0
-        speed = f" ({stretches[-1]['ups']:.2f} updates/s lately)" if stretches else ""
+        ups = stretches[-1]["ups"] if stretches else 0.0
+        speed = f" ({ups:.2f} updates/s lately)" if stretches else ""
         if protocols.get(name) == "continued":
-            stop = f"stops at {config['warm_updates']}"
+            target, unless = config["warm_updates"], ""
         else:
             best = min(curve, key=lambda point: point["loss"], default={"update": 0})
-            stop = f"stops at {rule.target(best['update'])} unless a later validation is better (cap {rule.cap})"
+            target, unless = rule.target(best["update"]), f" unless a later validation is better (cap {rule.cap})"
+        stop = f"stops at {target}{time_left(target - update, ups)}{unless}"
         validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
         lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}")
     return lines
+
+
+def time_left(updates: int, updates_per_s: float) -> str:
+    """`` (in about 25 min)`` or `` (in about 2.5 h)``: ``updates`` at ``updates_per_s``; empty without a speed."""
+    if updates_per_s <= 0 or updates <= 0:
+        return ""
+    minutes = updates / updates_per_s / 60
+    return f" (in about {minutes:.0f} min)" if minutes < 90 else f" (in about {minutes / 60:.1f} h)"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

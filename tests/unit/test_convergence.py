@@ -250,9 +250,15 @@ def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
     (tmp_path / "logs" / "train-converged-dwa-s1").mkdir()  # made, nothing logged yet
     validations = "validation loss 9.336 at 10, 9.066 at 20"
     assert sorted(converged.progress(tmp_path)) == [
-        f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40",
-        f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 unless a later "
-        "validation is better (cap 100)"]
+        f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40 (in about 2 min)",
+        f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 (in about 3 min) "
+        "unless a later validation is better (cap 100)"]
+
+
+@pytest.mark.parametrize("updates,ups,said", [(3000, 1.0, " (in about 50 min)"), (9000, 1.0, " (in about 2.5 h)"),
+                                              (100, 0.0, ""), (0, 1.0, "")])
+def test_the_time_left_is_said_in_minutes_then_hours(updates, ups, said):
+    assert converged.time_left(updates, ups) == said
 
 
 def test_the_progress_command_refuses_a_directory_that_is_not_a_converged_work_directory(tmp_path, capsys):
