@@ -37,8 +37,9 @@ from .experiment import Stages
 from .rows import Row, compare, score_cells, score_row, tune_row
 from .warm_starts import step0_losses
 
-#: Aggregators continued from the converged Transformer (the paper's protocol), in this order.
-CONTINUED = ("linagg", "dyncomb", "emrouting", "mudd", "dwa")
+#: Aggregators continued from the converged Transformer (the paper's protocol), in this order: the paper's
+#: then the peers that start exactly as the Transformer (not DLCL, which starts as its uniform average).
+CONTINUED = ("linagg", "dyncomb", "emrouting", "mudd", "dwa", "hc", "mhc")
 #: Aggregators trained to convergence from scratch right after the paper's protocol.
 FIRST_FROM_SCRATCH = ("dyncomb", "mudd", "emrouting")
 #: The paper's Table 5 ablation: routing on the encoder only.

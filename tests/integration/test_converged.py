@@ -68,7 +68,8 @@ def test_the_continued_systems_start_where_the_converged_transformer_is(quick_co
     step0 = json.loads((publish / "converged-cpu.json").read_text())["continued_step0"]
     assert {"baseline", "transformer_emrouting_small (identity + ramp)", "transformer_mudd_small",
             "transformer_dwa_small", "transformer_dyncomb_small"} <= set(step0)
-    for start in ("transformer_emrouting_small (identity + ramp)", "transformer_mudd_small", "transformer_dwa_small"):
+    for start in ("transformer_emrouting_small (identity + ramp)", "transformer_mudd_small", "transformer_dwa_small",
+                  "transformer_hc_small", "transformer_mhc_small"):
         assert step0[start]["loss"] == pytest.approx(step0["baseline"]["loss"], abs=1e-4), start
     assert "at step 0 of a warm start from `converged-baseline-s1`'s best checkpoint" in (
         publish / "converged-cpu.md").read_text()

@@ -213,6 +213,17 @@ def test_compute_equivalence_is_read_from_the_curves():
     assert compute_equivalence(rows, {k: v for k, v in results.items() if k != REFERENCE}) is None
 
 
+def test_the_paper_protocol_continues_only_systems_that_start_as_the_transformer():
+    """Every continued row starts where the converged Transformer is (DLCL, which starts as its paper's uniform
+    average, only from scratch); each continued system is also trained from scratch to convergence."""
+    rows = converged.converged_rows(converged.default_systems(), converged.SECOND_SEED)
+    continued = [row.system for row in rows if row.protocol == "continued" and row.system != "baseline"]
+    assert all(fairseq_runs.family_class(s).starts_as_transformer for s in continued)
+    assert {"hc", "mhc"} <= set(continued) and "dlcl" not in continued
+    from_scratch = {row.system for row in rows if row.protocol == "converged"}
+    assert set(continued) | {"dlcl"} <= from_scratch
+
+
 def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
     """The queue runs for days: a row whose fairseq-train fails is kept with why, the rows that do not need it
     train, the rows that do stay pending, and the table says which is which."""
