@@ -21,8 +21,9 @@ def block(name: str, text: str = None) -> str:
 
 
 def cited_row(source: str):
-    """``file.json`` ``row-name`` (a table's row) or ``file.json`` ``row N`` (the main job's N-th row)."""
-    file, row = re.fullmatch(r"`([\w.-]+\.json)` `([^`]+)`", source.strip()).groups()
+    """``file.json`` ``row-name`` (a table's row) or ``file.json`` ``row N`` (the main job's N-th row); ``file``
+    relative to docs/results (``streams/peers-cpu.json``)."""
+    file, row = re.fullmatch(r"`((?:[\w.-]+/)*[\w.-]+\.json)` `([^`]+)`", source.strip()).groups()
     payload = json.loads((ROOT / "docs" / "results" / file).read_text())
     numbered = re.fullmatch(r"row (\d+)", row)
     return payload["rows"][int(numbered.group(1)) - 1] if numbered else payload["results"][row]
