@@ -147,9 +147,7 @@ class ConvergedTable:
         flags = list(self.rule.fairseq_flags())
         if row.protocol == "continued":
             flags += ["--finetune-from-model", str(self.save_dir(REFERENCE) / "checkpoint_best.pt")]
-            if row.system != "baseline":
-                flags += ["--aggregation-ramp-updates", str(self.args.ramp_updates)]
-            flags += fairseq_runs.warm_start_flags(row.system)
+            flags += fairseq_runs.continuation_flags(row.system, self.args.ramp_updates)
         if row.system != "baseline":
             flags += self.args.model_args.split()
         return flags + list(row.flags)

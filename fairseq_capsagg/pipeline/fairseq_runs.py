@@ -48,6 +48,18 @@ def warm_start_flags(system: str) -> List[str]:
     return [] if system == BASELINE else list(family_class(system).warm_start_flags)
 
 
+def continuation_flags(system: str, ramp_updates: int) -> List[str]:
+    """Flags that continue a trained Transformer with ``system`` (the paper's protocol): where its architecture
+    aggregates at the stack's output (the paper's aggregators), the ramp from H^L to the aggregate over
+    ``ramp_updates``, and its :func:`warm_start_flags` (the connections between blocks start as the Transformer
+    without a ramp)."""
+    if system == BASELINE:
+        return []
+    output = family_class(system).architecture_placement == "output"
+    ramp = ["--aggregation-ramp-updates", str(ramp_updates)] if output else []
+    return ramp + warm_start_flags(system)
+
+
 def tool_command(tool: str) -> List[str]:
     """How to run one of fairseq's console scripts (``fairseq-train``): the script beside this Python, or,
     where fairseq was installed without its scripts there (``pip install --target``, as on a lent GPU

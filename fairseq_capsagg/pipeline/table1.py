@@ -279,9 +279,7 @@ def row_flags(row: Row, args: argparse.Namespace, baseline_checkpoint: Path) -> 
     flags: List[str] = []
     if row.protocol == "warm":
         flags += ["--finetune-from-model", str(baseline_checkpoint)]
-        if row.system != "baseline":
-            flags += ["--aggregation-ramp-updates", str(args.ramp_updates)]
-        flags += fairseq_runs.warm_start_flags(row.system)
+        flags += fairseq_runs.continuation_flags(row.system, args.ramp_updates)
     if row.system != "baseline":
         flags += args.model_args.split()
     return flags + list(row.flags)

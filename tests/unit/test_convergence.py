@@ -16,6 +16,7 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
 
 from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs, reference_pack
 from fairseq_capsagg.pipeline.experiment import Stages
+from helpers import build_tiny_model
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
 CURVE = {u: loss for u, loss in zip(range(10, 400, 10), [
@@ -222,6 +223,16 @@ def test_the_paper_protocol_continues_only_systems_that_start_as_the_transformer
     assert {"hc", "mhc"} <= set(continued) and "dlcl" not in continued
     from_scratch = {row.system for row in rows if row.protocol == "converged"}
     assert set(continued) | {"dlcl"} <= from_scratch
+
+
+@pytest.mark.parametrize("system", converged.CONTINUED)
+def test_every_continued_system_is_built_with_its_continuation_flags(system):
+    """The paper's protocol's flags are ones the system accepts: the ramp to the output aggregate where there is
+    one (the paper's aggregators; the peers connect blocks), the routing families' identity start."""
+    flags = fairseq_runs.continuation_flags(system, 5)
+    build_tiny_model(f"transformer_{system}_base", flags)
+    assert ("--aggregation-ramp-updates" in flags) == (system in ("linagg", "dyncomb", "emrouting"))
+    assert fairseq_runs.warm_start_flags(system) == flags[len(flags) - len(fairseq_runs.warm_start_flags(system)):]
 
 
 def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
