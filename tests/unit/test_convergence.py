@@ -232,7 +232,7 @@ def test_every_continued_system_is_built_with_its_continuation_flags(system):
     flags = fairseq_runs.continuation_flags(system, 5)
     build_tiny_model(f"transformer_{system}_base", flags)
     assert ("--aggregation-ramp-updates" in flags) == (system in ("linagg", "dyncomb", "emrouting"))
-    assert fairseq_runs.warm_start_flags(system) == flags[len(flags) - len(fairseq_runs.warm_start_flags(system)):]
+    assert set(fairseq_runs.warm_start_flags(system)) <= set(flags)
 
 
 def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
