@@ -55,8 +55,7 @@ def continuation_flags(system: str, ramp_updates: int) -> List[str]:
     without a ramp)."""
     if system == BASELINE:
         return []
-    output = family_class(system).architecture_placement == "output"
-    ramp = ["--aggregation-ramp-updates", str(ramp_updates)] if output else []
+    ramp = ["--aggregation-ramp-updates", str(ramp_updates)] if system in paper_systems() else []
     return ramp + warm_start_flags(system)
 
 
