@@ -33,8 +33,10 @@ def read_generate_output(path: Path) -> Dict[int, str]:
 def align_hypotheses(hypotheses: Dict[int, str], num_sentences: int) -> Tuple[List[str], List[int]]:
     """Orders hypotheses by id; sentences fairseq skipped get an empty hypothesis.
 
-    ``fairseq-generate`` prints in batch order and silently drops inputs it
-    cannot fit, so lines must be matched by id, never by position.
+    ``fairseq-generate`` prints in batch order and silently drops inputs longer than the model
+    takes (``--skip-invalid-size-inputs-valid-test``) and, unless ``--required-batch-size-multiple``
+    is 1, the split's last batch when it is smaller than that multiple, so lines must be matched by
+    id, never by position.
 
     Returns:
         (one hypothesis per reference, the ids that had none).

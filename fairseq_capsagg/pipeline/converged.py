@@ -371,11 +371,14 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         out.append("")
     rule = f"every {args.validate_interval_updates} updates"
     out.append(
-        f"Validation on the whole validation split {rule}; a row from scratch stops when its best validation loss "
+        f"Validation {rule} on the validation split as fairseq validates it (it leaves out the last, longest "
+        "batch when that holds fewer than 8 sentences, `--required-batch-size-multiple`; fairseq issue #5036); "
+        "a row from scratch stops when its best validation loss "
         f"has not improved for {args.patience_updates} updates (fairseq's `--patience`, applied to the checkpoints on "
         f"disk so that resumed runs stop where uninterrupted ones would), at most {args.update_cap} updates "
         "(\"(cap)\": stopped there). Best valid loss: label-smoothed cross-entropy, bits per target token, of the best "
-        "checkpoint, which every BLEU above the averages decodes. BLEU and chrF: sacrebleu on detokenised output. "
+        "checkpoint, which every BLEU above the averages decodes, every test sentence (`fairseq-generate "
+        "--required-batch-size-multiple 1`). BLEU and chrF: sacrebleu on detokenised output. "
         "† p < 0.01, * p < 0.05 (paired bootstrap, 1000 resamples). Sign test: two-sided binomial over sentences "
         "whose sentence-BLEU differs. Idle updates/s: the upper decile of fairseq's `ups` over the row's `--log-interval` "
         "stretches; stretches that shared the cores are slower, so this is the speed on idle cores; seconds at idle "

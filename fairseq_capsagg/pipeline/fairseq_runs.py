@@ -204,13 +204,18 @@ def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
 
     ``hparams["lenpen"]``, when given, is fairseq's ``--lenpen`` (otherwise fairseq's default);
     ``extra``: more ``fairseq-generate`` flags (``--score-reference``).
+
+    Every sentence is decoded: fairseq drops the last batch of a split when its size is not a multiple
+    of ``--required-batch-size-multiple`` (8 by default; fairseq issue #5036), and batches are ordered
+    by length, so at the default the longest sentences would go untranslated (the three longest of the
+    bundled En->De test split).
     """
     args = [str(data_bin), "--path", str(checkpoint), "--gen-subset", subset, "--task", "translation",
             "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--beam", str(hparams["beam"]),
             "--batch-size", str(hparams["decode_batch"]), "--remove-bpe", hparams["remove_bpe"],
             "--max-len-a", "1.2", "--max-len-b", "10", "--max-source-positions", "1024",
             "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
-            "--user-dir", USER_DIR, *hparams["device_flags"]]
+            "--required-batch-size-multiple", "1", "--user-dir", USER_DIR, *hparams["device_flags"]]
     if "lenpen" in hparams:
         args += ["--lenpen", str(hparams["lenpen"])]
     run_logged("fairseq-generate", [*args, *extra], log, stdout_file=hyp_file)

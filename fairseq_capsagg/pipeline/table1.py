@@ -187,7 +187,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help=f"K: updates of every warm-start row (default {WARM_UPDATES['paper']}; with --table converged "
                         f"{WARM_UPDATES['converged']}, the further updates of every continued row)")
     p.add_argument("--validate-interval-updates", type=int, default=500,
-                   help="--table converged: validation on the whole validation split every N updates")
+                   help="--table converged: validation every N updates (fairseq's, on the validation split)")
     p.add_argument("--patience-updates", type=int, default=3000,
                    help="--table converged: a row from scratch stops when its best validation loss has not "
                         "improved for N updates")

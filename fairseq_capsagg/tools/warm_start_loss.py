@@ -7,7 +7,10 @@
 builds each architecture with the baseline's shape, loads the baseline checkpoint the
 way ``--finetune-from-model`` does (shared weights from the checkpoint, aggregators freshly
 initialised, with the ``--model-args`` flags) and reports fairseq's validation loss (base 2,
-per target token) next to the baseline's own.
+per target token) next to the baseline's own, over the sentences fairseq's validation reads: with the
+checkpoint's ``--required-batch-size-multiple`` (8 by default) fairseq leaves out the last batch of the
+length-ordered split when it is smaller than that (fairseq issue #5036), so the baseline's loss here is
+the one ``fairseq-train`` logged for it.
 """
 
 import argparse
@@ -43,12 +46,16 @@ def aggregation_arg_names() -> Set[str]:
 
 
 @torch.no_grad()
-def validation_loss(model, task, criterion, subset: str, max_tokens: int) -> Dict[str, float]:
+def validation_loss(model, task, criterion, subset: str, max_tokens: int,
+                    required_batch_size_multiple: int) -> Dict[str, float]:
+    """fairseq's validation loss of ``model`` on ``subset`` (bits per target token), batched as fairseq
+    batches it (``required_batch_size_multiple`` decides which sentences a validation leaves out)."""
     model.eval()
     iterator = task.get_batch_iterator(
         dataset=task.dataset(subset), max_tokens=max_tokens,
         max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions()),
-        ignore_invalid_inputs=True).next_epoch_itr(shuffle=False)
+        ignore_invalid_inputs=True, required_batch_size_multiple=required_batch_size_multiple,
+    ).next_epoch_itr(shuffle=False)
     loss = nll = tokens = 0.0
     for sample in iterator:
         _, _, log = task.valid_step(sample, model, criterion)
@@ -63,7 +70,8 @@ def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "val
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
     criterion = task.build_criterion(cfg.criterion)
     task.load_dataset(subset)
-    results = {"baseline": validation_loss(models[0], task, criterion, subset, max_tokens)}
+    multiple = cfg.dataset.required_batch_size_multiple
+    results = {"baseline": validation_loss(models[0], task, criterion, subset, max_tokens, multiple)}
     for arch in archs:
         args = copy.deepcopy(cfg.model)
         for name in aggregation_arg_names():
@@ -75,7 +83,7 @@ def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "val
         torch.manual_seed(cfg.common.seed)
         model = CapsAggTransformerModel.build_model(args, task)
         model.load_state_dict(dict(state), strict=True)
-        results[arch] = validation_loss(model, task, criterion, subset, max_tokens)
+        results[arch] = validation_loss(model, task, criterion, subset, max_tokens, multiple)
     return results
 
 

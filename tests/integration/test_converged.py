@@ -58,14 +58,18 @@ def test_continued_rows_start_from_the_converged_best_checkpoint_at_its_learning
     assert row["reference"] == "converged-baseline-s1" and 0 <= row["bootstrap_p"] <= 1 and row["delta_params"] == 0
     assert row["delta_bleu"] == pytest.approx(row["bleu"] - base["bleu"], abs=0.01)
     assert row["average"]["delta_bleu"] == pytest.approx(row["average"]["bleu"] - base["average"]["bleu"], abs=0.01)
-    assert 0 < row["references"]["sentences"] <= 60 and 0 <= row["references"]["search_error_share"] <= 1
+    assert row["references"]["sentences"] == 60 and 0 <= row["references"]["search_error_share"] <= 1
+    assert row["untranslated_ids"] == [] == base["untranslated_ids"]  # every test sentence decoded
 
 
 def test_the_continued_systems_start_where_the_converged_transformer_is(quick_converged):
     """Step 0 of every continued system from the converged best checkpoint: the routing families with their
-    identity start and ramp, and the dense connections, at the Transformer's own validation loss."""
+    identity start and ramp, and the dense connections, at the Transformer's own validation loss: the one
+    fairseq logged for that checkpoint (the same sentences validated, rounded to 3 decimals there)."""
     workdir, publish, _ = quick_converged
-    step0 = json.loads((publish / "converged-cpu.json").read_text())["continued_step0"]
+    payload = json.loads((publish / "converged-cpu.json").read_text())
+    step0 = payload["continued_step0"]
+    assert step0["baseline"]["loss"] == pytest.approx(payload["results"]["converged-baseline-s1"]["best_loss"], abs=6e-4)
     assert {"baseline", "transformer_emrouting_small (identity + ramp)", "transformer_mudd_small",
             "transformer_dwa_small", "transformer_dyncomb_small"} <= set(step0)
     for start in ("transformer_emrouting_small (identity + ramp)", "transformer_mudd_small", "transformer_dwa_small",
@@ -117,7 +121,7 @@ def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
     for row in ("converged-baseline-s1", "continued-baseline", "continued-emrouting", "continued-dyncomb",
                 "continued-mudd"):
         assert re.search(rf"\| {row} \| [^|]+ \| \d \| pending \|", table), row  # listed, nothing trained
-    assert "Validation on the whole validation split every 5 updates" in table  # --quick's rule
+    assert "Validation every 5 updates on the validation split as fairseq validates it" in table  # --quick's rule
 
 
 def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
