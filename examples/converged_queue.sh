@@ -117,7 +117,8 @@ case "${1:-status}" in
       [[ -f $stages ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
 print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train ')))" "$stages"
     done
-    for work in "$WORK" "$RUNS/converged-zhen"; do  # the rows training now: update, validations, where they stop
+    # the rows training now in each work directory: update, validations, where they stop
+    for work in "$WORK" "$RUNS/peers-streams" "$RUNS/converged-zhen"; do
       [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.converged "$work"
     done
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5

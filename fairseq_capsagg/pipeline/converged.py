@@ -24,6 +24,7 @@ best validation loss (compute equivalence). A row is trained in segments
 import argparse
 import json
 import os
+import re
 import statistics
 import sys
 import threading
@@ -410,26 +411,36 @@ def plot_curves(rows: List[Row], results: Dict[str, Dict[str, object]], equivale
     plot_validation_curves(curves, path, None if equivalence is None else equivalence["target_loss"])
 
 
+_MAX_UPDATE = re.compile(r"'max_update': (\d+)")
+
+
 def progress(workdir: Path) -> List[str]:
     """One line for each row of ``workdir`` that has started training and not finished: its last logged
-    update and speed, its validations, and the earliest update at which its rule stops it (what
-    ``examples/converged_queue.sh status`` prints)."""
+    update and speed, its validations, and the earliest update at which it stops (what
+    ``examples/converged_queue.sh status`` prints). In a work directory of the converged comparison a row
+    from scratch stops by its rule; in one of the other tables (Table 1, the peers) at its ``--max-update``."""
     config = json.loads((workdir / "config.json").read_text())
     done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
-    rule = convergence.StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
-    protocols = {row.name: row.protocol for row in converged_rows(fairseq_runs.systems(), SECOND_SEED)}
+    converged_rule = "validate_interval_updates" in config
+    if converged_rule:
+        rule = convergence.StopRule(config["validate_interval_updates"], config["patience_updates"],
+                                    config["update_cap"])
+        protocols = {row.name: row.protocol for row in converged_rows(fairseq_runs.systems(), SECOND_SEED)}
     lines = []
-    for log_dir in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
-        name = log_dir.name[len("train-"):]
-        logs = segment_logs(log_dir)
+    for log_path in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
+        name = log_path.name[len("train-"):].removesuffix(".log")
+        logs = segment_logs(log_path) if log_path.is_dir() else [log_path]
         if f"train {name}" in done or not logs:
             continue
         stretches, curve = convergence.train_stretches(logs), convergence.validation_curve(logs)
         update = int(stretches[-1]["num_updates"]) if stretches else 0
         ups = stretches[-1]["ups"] if stretches else 0.0
         speed = f" ({ups:.2f} updates/s lately)" if stretches else ""
-        if protocols.get(name) == "continued":
-            target, unless = config["warm_updates"], ""
+        unless = ""
+        if not converged_rule:
+            target = int(_MAX_UPDATE.search(logs[-1].read_text(encoding="utf-8", errors="replace")).group(1))
+        elif protocols.get(name) == "continued":
+            target = config["warm_updates"]
         else:
             best = min(curve, key=lambda point: point["loss"], default={"update": 0})
             target, unless = rule.target(best["update"]), f" unless a later validation is better (cap {rule.cap})"
@@ -449,11 +460,11 @@ def time_left(updates: int, updates_per_s: float) -> str:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m fairseq_capsagg.pipeline.converged",
-                                     description="the progress of the converged comparison's rows in training")
-    parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 --table converged")
+                                     description="the progress of the rows in training of a capsagg-table1 work directory")
+    parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 (any --table)")
     args = parser.parse_args(argv)
     if not (args.workdir / "config.json").is_file():
-        parser.error(f"{args.workdir} is not a work directory of the converged comparison (no config.json)")
+        parser.error(f"{args.workdir} is not a work directory of capsagg-table1 (no config.json)")
     for line in progress(args.workdir):
         print(line)
     return 0

@@ -277,19 +277,33 @@ def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
         "unless a later validation is better (cap 100)"]
 
 
+def test_the_progress_of_rows_of_fixed_length_is_read_from_their_logs(tmp_path):
+    """In a work directory of Table 1 or the peers (one log per row, no stop rule): each unfinished row's
+    update and the ``--max-update`` its log names; finished rows are left to the table."""
+    (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
+    (tmp_path / "stages.json").write_text(json.dumps({"train scratch-baseline-s1": {}}))
+    (tmp_path / "logs").mkdir()
+    arguments = "2026-11-27 08:38:00 | INFO | fairseq_cli.train | {'optimization': {'max_update': 60, 'lr': [0.002]}}\n"
+    for name in ("scratch-baseline-s1", "time-hc-s1"):
+        (tmp_path / "logs" / f"train-{name}.log").write_text(arguments + LOG)
+    assert converged.progress(tmp_path) == [
+        "time-hc-s1: update 20 (0.18 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
+        "stops at 60 (in about 4 min)"]
+
+
 @pytest.mark.parametrize("updates,ups,said", [(3000, 1.0, " (in about 50 min)"), (9000, 1.0, " (in about 2.5 h)"),
                                               (100, 0.0, ""), (0, 1.0, "")])
 def test_the_time_left_is_said_in_minutes_then_hours(updates, ups, said):
     assert converged.time_left(updates, ups) == said
 
 
-def test_the_progress_command_refuses_a_directory_that_is_not_a_converged_work_directory(tmp_path, capsys):
+def test_the_progress_command_refuses_a_directory_that_is_not_a_work_directory(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         converged.main([str(tmp_path)])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"python -m fairseq_capsagg.pipeline.converged: error: {tmp_path} is not a work directory of the "
-        "converged comparison (no config.json)")
+        f"python -m fairseq_capsagg.pipeline.converged: error: {tmp_path} is not a work directory of "
+        "capsagg-table1 (no config.json)")
 
 
 def write_manifest(pack, **config):
