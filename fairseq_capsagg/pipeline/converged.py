@@ -387,6 +387,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         "training alone on 2 cores). Scores of hypotheses and references: log-probability per token, base 2, as "
         "fairseq prints them; a search error is a sentence whose reference the model scores above the hypothesis "
         "beam search returned.")
+    untranslated = report.format_untranslated(results)
+    if untranslated:
+        out += ["", untranslated]
     if step0:
         out += ["", report.format_step0(step0, f"`{REFERENCE}`'s best checkpoint (where the continued rows start; "
                                                "`baseline` is the Transformer itself)").rstrip("\n")]

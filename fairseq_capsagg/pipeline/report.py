@@ -2,7 +2,7 @@
 
 import json
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -45,6 +45,27 @@ def format_markdown(rows: List[Dict[str, object]], caption: str) -> str:
              "(paired bootstrap, 1000 resamples, against row 1). Sign test: two-sided binomial over "
              "sentences whose sentence-BLEU differs from the baseline's (better/worse).")
     return f"{caption}\n\n" + "\n".join(lines) + "\n" + notes + "\n"
+
+
+def format_untranslated(results: Dict[str, Dict[str, object]]) -> str:
+    """The test sentences a table scores as empty hypotheses, with the rows that do (empty: none).
+
+    ``fairseq-generate`` returns no hypothesis for a sentence longer than the model takes, and, at fairseq's
+    default ``--required-batch-size-multiple`` of 8, for the last, longest batch of a split when it is
+    smaller (fairseq issue #5036): the drivers decode with 1 now, and tables decoded before still say so."""
+    rows_by_ids: Dict[Tuple[int, ...], List[str]] = {}
+    for name, res in results.items():
+        if res.get("untranslated_ids"):
+            rows_by_ids.setdefault(tuple(res["untranslated_ids"]), []).append(f"`{name}`")
+    if not rows_by_ids:
+        return ""
+    def rows(names: List[str]) -> str:
+        return "every row" if len(names) == len(results) else ", ".join(names)
+
+    groups = "; ".join(f"{', '.join(map(str, ids))} in {rows(names)}" for ids, names in rows_by_ids.items())
+    return ("Test sentences scored as empty hypotheses, for which fairseq-generate returned none (ids from 0; "
+            "longer than the model takes, or left out with the last, longest batch at fairseq's default "
+            f"`--required-batch-size-multiple` 8, fairseq issue #5036): {groups}.")
 
 
 def format_step0(step0: Dict[str, Dict[str, float]], source: str = "row 1's checkpoint") -> str:

@@ -358,6 +358,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                "cross-entropy on the validation split at the end of training, bits per target token (fairseq's log; "
                "`valid` in the JSON also has the nll). updates/s is wall-clock "
                "on this machine; `load_average` in the JSON says whether the CPU was shared while a row trained.")
+    untranslated = report.format_untranslated(results)
+    if untranslated:
+        out += ["", untranslated]
     return "\n".join(out) + "\n"
 
 

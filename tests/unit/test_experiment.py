@@ -1,11 +1,12 @@
 """What every driver shares: one process per work directory, a work directory of one configuration, the
-one --quick mode."""
+one --quick mode, the tables' note on sentences scored as empty."""
 
 import argparse
 import os
 
 import pytest
 
+from fairseq_capsagg.pipeline import report
 from fairseq_capsagg.pipeline.experiment import (
     QUICK,
     ConfigMismatch,
@@ -41,3 +42,12 @@ def test_quick_sets_only_the_flags_a_driver_has_and_hparams_follow_the_flags():
     hp = hparams(args, ("en", "de"), "sentencepiece", seed=3)
     assert hp["device_flags"] == ["--cpu"] and hp["decode_batch"] == 32 and hp["seed"] == 3 and hp["log_interval"] == 5
     assert hparams(parser.parse_args(["--gpu"]), ("en", "de"), "sentencepiece")["decode_batch"] == 128
+
+
+def test_a_table_names_the_sentences_it_scores_as_empty_and_the_rows_that_do():
+    assert report.format_untranslated({"a": {"untranslated_ids": []}, "b": {}}) == ""
+    every = report.format_untranslated({"a": {"untranslated_ids": [5, 9]}, "b": {"untranslated_ids": [5, 9]}})
+    assert every.startswith("Test sentences scored as empty hypotheses") and every.endswith(": 5, 9 in every row.")
+    some = report.format_untranslated({"a": {"untranslated_ids": [5]}, "b": {"untranslated_ids": []},
+                                       "c": {"untranslated_ids": [7]}})
+    assert some.endswith(": 5 in `a`; 7 in `c`.")
