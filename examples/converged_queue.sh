@@ -8,7 +8,8 @@
 #      (runs/peers-streams, published to docs/results/streams/): about 3 hours that complete a table, so
 #      they go before the 9-10 hours of job 3;
 #   3. the converged comparison's rows b: the paper's protocol from the Transformer's best checkpoint (the
-#      question the comparison exists for), the paper's aggregators, then MUDD, DWA, hyper-connections, mHC;
+#      question the comparison exists for), the paper's aggregators, then MUDD, DWA, hyper-connections, mHC,
+#      then the Transformer's second seed continued (the protocol's noise, against the first);
 #   4. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
 #      convergence, the Transformer's second seed;
 #   5. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
@@ -42,7 +43,8 @@ jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue
   local reference=converged-baseline-s1
   local issue_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
   issue_rows+=,continued-emrouting-encoder,continued-mudd,continued-dwa
-  local continued=$issue_rows,continued-hc,continued-mhc  # En->De: also the residual-stream peers
+  # En->De: also the residual-stream peers, then the Transformer's second seed continued (the protocol's noise)
+  local continued=$issue_rows,continued-hc,continued-mhc,continued-baseline-s2
   local paper_protocol=$reference,$issue_rows
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $reference"
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \

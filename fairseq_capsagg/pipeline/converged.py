@@ -9,9 +9,11 @@ b. The paper's protocol from that row's best checkpoint: ``continued-baseline`` 
    trained on), then every aggregator of :data:`CONTINUED` (EM routing also on the encoder only),
    each ``--warm-updates`` further updates with the same schedule: a fresh optimizer, a linear
    warm-up over ``--warmup`` updates to the learning rate the Transformer had reached at its best
-   checkpoint, then that rate. The routing families start as the Transformer and ramp in.
+   checkpoint, then that rate. The routing families start as the Transformer and ramp in. Then the
+   continued rows of the second seeds (``continued-baseline-s2`` by default: the noise of this protocol,
+   an hour, which the differences of b. are read against).
 c. :data:`FIRST_FROM_SCRATCH` from scratch to convergence.
-d. The second seeds (the Transformer's by default: the noise of a converged row).
+d. The second seeds from scratch (the Transformer's by default: the noise of a converged row).
 e. Every other system from scratch to convergence.
 
 Every row is scored with its best checkpoint and with the average of its last five interval
@@ -64,6 +66,8 @@ def converged_rows(systems: Sequence[str], second_seed: Sequence[str]) -> List[R
         rows.append(Row(f"continued-{system}", system, "continued", 1, CONTINUED_REFERENCE))
         if system == "emrouting":
             rows.append(Row("continued-emrouting-encoder", system, "continued", 1, CONTINUED_REFERENCE, ENCODER_ONLY))
+    rows += [Row(f"continued-{s}-s2", s, "continued", 2, CONTINUED_REFERENCE)
+             for s in second_seed if s == "baseline" or s in CONTINUED]
     first = [s for s in FIRST_FROM_SCRATCH if s in systems]
     rows += [Row(f"converged-{s}-s1", s, "converged", 1, REFERENCE) for s in first]
     rows += [Row(f"converged-{s}-s2", s, "converged", 2, REFERENCE) for s in second_seed]
@@ -317,7 +321,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
     titles = {"converged": f"From scratch until converged (against `{REFERENCE}`)",
               "continued": f"Continued from `{REFERENCE}`'s best checkpoint, {args.warm_updates} further updates at "
                            f"its learning rate ({lr}) after a {args.warmup}-update warm-up (`{CONTINUED_REFERENCE}` "
-                           f"against `{REFERENCE}`, the aggregators against `{CONTINUED_REFERENCE}`)"}
+                           f"against `{REFERENCE}`, the aggregators and second seeds against `{CONTINUED_REFERENCE}`)"}
     out = [caption, ""]
     for protocol in ("converged", "continued"):
         out += [f"### {titles[protocol]}", "", header]

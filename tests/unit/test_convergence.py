@@ -225,6 +225,20 @@ def test_the_paper_protocol_continues_only_systems_that_start_as_the_transformer
     assert set(continued) | {"dlcl"} <= from_scratch
 
 
+def test_the_paper_protocol_has_its_own_seed_noise_before_the_rows_from_scratch():
+    """The second seed of the Transformer also continues from the converged checkpoint (against the first
+    continued Transformer: the noise the continued aggregators' differences are read against), right after the
+    continued rows; a second seed of a system the protocol does not continue (DLCL) only trains from scratch."""
+    rows = converged.converged_rows(converged.default_systems(), ["baseline", "dlcl"])
+    names = [row.name for row in rows]
+    noise = rows[names.index("continued-baseline-s2")]
+    assert (noise.system, noise.protocol, noise.seed, noise.reference) == ("baseline", "continued", 2,
+                                                                           converged.CONTINUED_REFERENCE)
+    continued = [i for i, row in enumerate(rows) if row.protocol == "continued"]
+    assert continued == list(range(1, len(continued) + 1)) and names[continued[-1]] == "continued-baseline-s2"
+    assert "continued-dlcl-s2" not in names and {"converged-baseline-s2", "converged-dlcl-s2"} <= set(names)
+
+
 @pytest.mark.parametrize("system", converged.CONTINUED)
 def test_every_continued_system_is_built_with_its_continuation_flags(system):
     """The paper's protocol's flags are ones the system accepts: the ramp to the output aggregate where there is
