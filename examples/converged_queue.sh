@@ -6,7 +6,7 @@
 #   1. the converged comparison's row a (runs/converged): the Transformer to convergence;
 #   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
 #      (runs/peers-streams, published to docs/results/streams/): about 3 hours that complete a table, so
-#      they go before the 9-10 hours of job 3;
+#      they go before the 10-11 hours of job 3;
 #   3. the converged comparison's rows b: the paper's protocol from the Transformer's best checkpoint (the
 #      question the comparison exists for), the paper's aggregators, then MUDD, DWA, hyper-connections, mHC,
 #      then the Transformer's second seed continued (the protocol's noise, against the first);
