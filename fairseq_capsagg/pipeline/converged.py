@@ -466,8 +466,9 @@ def time_left(updates: int, updates_per_s: float) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fairseq_capsagg.pipeline.converged",
-                                     description="the progress of the rows in training of a capsagg-table1 work directory")
+    parser = argparse.ArgumentParser(
+        prog="python -m fairseq_capsagg.pipeline.converged",
+        description="the progress of the rows in training of a capsagg-table1 work directory")
     parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 (any --table)")
     args = parser.parse_args(argv)
     if not (args.workdir / "config.json").is_file():

@@ -59,6 +59,7 @@ def format_untranslated(results: Dict[str, Dict[str, object]]) -> str:
             rows_by_ids.setdefault(tuple(res["untranslated_ids"]), []).append(f"`{name}`")
     if not rows_by_ids:
         return ""
+
     def rows(names: List[str]) -> str:
         return "every row" if len(names) == len(results) else ", ".join(names)
 
