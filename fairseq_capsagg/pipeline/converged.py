@@ -377,7 +377,8 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
     rule = f"every {args.validate_interval_updates} updates"
     out.append(
         f"Validation {rule} on the validation split as fairseq validates it (it leaves out the last, longest "
-        "batch when that holds fewer than 8 sentences, `--required-batch-size-multiple`; fairseq issue #5036); "
+        f"batch when that holds fewer than {fairseq_runs.FAIRSEQ_BATCH_MULTIPLE} sentences, "
+        "`--required-batch-size-multiple`; fairseq issue #5036); "
         "a row from scratch stops when its best validation loss "
         f"has not improved for {args.patience_updates} updates (fairseq's `--patience`, applied to the checkpoints on "
         f"disk so that resumed runs stop where uninterrupted ones would), at most {args.update_cap} updates "

@@ -198,6 +198,11 @@ def final_valid_loss(log: Path) -> Optional[Dict[str, float]]:
     return {"loss": float(matches[-1][0]), "nll_loss": float(matches[-1][1])} if matches else None
 
 
+#: fairseq's default ``--required-batch-size-multiple``: a split's last, longest batch smaller than it is left
+#: out (fairseq issue #5036), which training's validation keeps and :func:`generate` turns off.
+FAIRSEQ_BATCH_MULTIPLE = 8
+
+
 def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
              hparams: Dict[str, object], subset: str = "test", extra: Sequence[str] = ()) -> float:
     """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it.

@@ -7,6 +7,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ..analysis.scoring import significance_mark
+from . import fairseq_runs
 
 
 def count_checkpoint_parameters(checkpoint: Path) -> int:
@@ -66,7 +67,7 @@ def format_untranslated(results: Dict[str, Dict[str, object]]) -> str:
     groups = "; ".join(f"{', '.join(map(str, ids))} in {rows(names)}" for ids, names in rows_by_ids.items())
     return ("Test sentences scored as empty hypotheses, for which fairseq-generate returned none (ids from 0; "
             "longer than the model takes, or left out with the last, longest batch at fairseq's default "
-            f"`--required-batch-size-multiple` 8, fairseq issue #5036): {groups}.")
+            f"`--required-batch-size-multiple` {fairseq_runs.FAIRSEQ_BATCH_MULTIPLE}, fairseq issue #5036): {groups}.")
 
 
 def format_step0(step0: Dict[str, Dict[str, float]], source: str = "row 1's checkpoint") -> str:
