@@ -4,7 +4,8 @@ Implements Dou et al. (AAAI 2019), "Dynamic Layer Aggregation for Neural
 Machine Translation with Routing-by-Agreement".
 
 * :mod:`fairseq_capsagg.aggregators`: the aggregators and their registry (torch only): the
-  paper's four and three later peers (DenseFormer's DWA, attention over depth, MUDD).
+  paper's four and six later peers (DenseFormer's DWA, attention over depth, MUDD, DLCL,
+  hyper-connections, mHC).
 * :mod:`fairseq_capsagg.models`: the ``capsagg_transformer`` fairseq model, its aggregation at
   the stacks' output and dense connections between blocks, and its
   ``transformer_{family}_{base,big,small}`` architectures.
@@ -23,9 +24,21 @@ its architectures and installs the patches, when fairseq is installed; without f
 :mod:`fairseq_capsagg.aggregators` still works on its own.
 """
 
+import logging
 import os
 
 USER_DIR = os.path.dirname(os.path.abspath(__file__))
+
+# Importing fairseq runs ``logging.basicConfig(level=DEBUG)`` (fairseq/models/wav2vec/
+# wav2vec2_classification.py), so a tool that imports it before configuring logging prints every
+# library's debug lines. Configure it first as fairseq's own CLIs do (LOGLEVEL, default INFO), on
+# stderr so that stdout keeps only a tool's output; a no-op where logging is already configured
+# (fairseq-train loading the plugin with --user-dir).
+logging.basicConfig(
+    format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+    datefmt="%Y-%m-%d %H:%M:%S",
+    level=os.environ.get("LOGLEVEL", "INFO").upper(),
+)
 
 try:
     import fairseq  # noqa: F401

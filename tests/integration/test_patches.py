@@ -111,6 +111,21 @@ def test_aggregators_need_no_fairseq():
     assert result.stdout.strip() == "none,linear,dynamic,dynamic-routing,em-routing,dwa,depth-attention,mudd,dlcl"
 
 
+def test_importing_the_plugin_keeps_fairseqs_debug_logging_off():
+    """fairseq's import sets the root logger to DEBUG; the package configures logging first."""
+    code = (
+        "import logging\n"
+        "import fairseq_capsagg.analysis.plotting\n"
+        "print(logging.getLevelName(logging.getLogger().level))\n"
+    )
+    for env, level in (({}, "INFO"), ({"LOGLEVEL": "warning"}, "WARNING")):
+        environ = {k: v for k, v in os.environ.items() if k != "LOGLEVEL"} | env
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=environ)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.strip() == level
+        assert "DEBUG" not in result.stderr  # matplotlib's import logs at DEBUG
+
+
 def imported_modules(path: Path):
     tree = ast.parse(path.read_text())
     for node in ast.walk(tree):
