@@ -10,7 +10,8 @@ the ``valid`` split goes forward and backward (dropout off). Reported per archit
 
 * ``aggregate_std`` and ``normalised_std``: the std of each side's output before and after its
   final LayerNorm (post-norm sides: the LayerNorm of a routed aggregate; linear and dynamic
-  combination and the dense connections have none there, and their aggregate is the output), and ``eps_share``,
+  combination and the dense connections have none there, and their aggregate is the output; a
+  post-norm Transformer side has none either, and its top layer's output is reported), and ``eps_share``,
   eps / (var + eps) of that LayerNorm's denominator: near 1, the aggregate is swamped by eps
   and the side's output is nearly constant;
 * ``layer_grad_ratio``: the gradient norm that reaches the Transformer layers (every parameter
@@ -27,7 +28,8 @@ the ``valid`` split goes forward and backward (dropout off). Reported per archit
   the start; mHC keeps it near 1 by construction, hyper-connections' can grow with training;
 * ``loss``: label-smoothed cross-entropy per target token in bits (ln |V| / ln 2 is uniform).
 
-With ``--path`` the same batch goes through a trained checkpoint as it is (no vanilla comparison).
+With ``--path`` the same batch goes through a trained checkpoint as it is (no vanilla comparison),
+this plugin's or fairseq's own ``transformer`` (the tables' baselines).
 """
 
 import argparse
@@ -75,7 +77,7 @@ def capture_stream_mixing(model) -> Tuple[Dict[str, List[torch.Tensor]], List[ob
     captured: Dict[str, List[torch.Tensor]] = {}
     hooks = []
     for side, stack in (("encoder", model.encoder), ("decoder", model.decoder)):
-        streams = stack.dense_connections
+        streams = getattr(stack, "dense_connections", None)  # fairseq's own Transformer has none
         if isinstance(streams, ResidualStreams):
             captured[side] = []
 
@@ -104,7 +106,7 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
 
     def watch(side: str, stack) -> None:
         # pre-norm: the final LayerNorm; post-norm: the routed aggregate's LayerNorm, if any
-        norm = stack.layer_norm if stack.layer_norm is not None else stack.aggregate_norm
+        norm = stack.layer_norm if stack.layer_norm is not None else getattr(stack, "aggregate_norm", None)
 
         def after_norm(module, inputs, output):
             aggregate = inputs[0].detach().float()
@@ -114,15 +116,18 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
                              "eps_share": float(module.eps / (var + module.eps))}
 
         def without_norm(module, inputs, output):
+            output = output[0] if isinstance(output, tuple) else output  # a decoder layer's (x, attn, state)
             outputs[side] = {"aggregate_std": float(output.detach().float().std()), "normalised_std": float("nan"),
                              "eps_share": float("nan")}
 
         if norm is not None:
             hooks.append(norm.register_forward_hook(after_norm))
-        elif stack.aggregates:
+        elif getattr(stack, "aggregates", False):
             hooks.append(stack.aggregator.register_forward_hook(without_norm))
-        elif stack.dense_connections is not None:
+        elif getattr(stack, "dense_connections", None) is not None:
             hooks.append(stack.dense_connections.connections[-1].register_forward_hook(without_norm))
+        else:  # a post-norm Transformer side (ours or fairseq's own): its output is its top layer's
+            hooks.append(stack.layers[-1].register_forward_hook(without_norm))
 
     watch("encoder", model.encoder)
     watch("decoder", model.decoder)
@@ -156,7 +161,7 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
     layers = [g for name, g in named if name.split(".")[1:2] == ["layers"]]
     aggregation = [g for name, g in named if name.split(".")[1:2][0] in AGGREGATION_MODULES]
     total = _norm(g for _, g in named)
-    return {"loss": float(loss) / sample_size / math.log(2), "outputs": outputs, "grad_norm": total,
+    return {"loss": loss.item() / sample_size / math.log(2), "outputs": outputs, "grad_norm": total,
             "layer_grad_norm": _norm(layers),
             "aggregator_grad_share": (_norm(aggregation) / total) ** 2 if total else 0.0}
 

@@ -11,10 +11,9 @@ from fairseq.data import Dictionary
 from fairseq_capsagg import USER_DIR
 from fairseq_capsagg.aggregators import family_class
 from fairseq_capsagg.patches.safe_checkpoints import UnsafeCheckpointError, check_checkpoint
-from helpers import FAMILIES, TINY, build_tiny_model, run_tool, train
+from helpers import FAMILIES, TINY, VANILLA_TINY, build_tiny_model, run_tool, train
 
 
-VANILLA_TINY = [f for f in TINY if f not in ("--output-capsules", "8")]
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +35,7 @@ def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_chec
     state = checkpoint_utils.load_checkpoint_to_cpu(str(vanilla_checkpoint))
     vanilla = state["model"]
     dictionary = Dictionary.load(str(tiny_data_bin / "dict.en.txt"))
-    model, _ = build_tiny_model(f"transformer_{family}_small", ["--output-capsules", "8", *VANILLA_TINY],
+    model, _ = build_tiny_model(f"transformer_{family}_small", TINY,
                                 dictionary=dictionary)
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(dict(vanilla), strict=True)  # what --finetune-from-model does

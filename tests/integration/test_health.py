@@ -6,7 +6,7 @@ import pytest
 
 from fairseq_capsagg.aggregators import family_class
 from fairseq_capsagg.analysis.health import checkpoint_report, cli_main, health_report
-from helpers import FAMILIES, train
+from helpers import FAMILIES, VANILLA_TINY, train
 
 
 SHAPES = ("small", "base")
@@ -126,3 +126,17 @@ def test_a_trained_checkpoint_reports_its_stream_gain(family, tiny_data_bin, tmp
         assert all(abs(g - 1.0) < 0.05 for g in gains), gains
     assert cli_main(["--data", str(tiny_data_bin), "--path", checkpoint]) == 0
     assert "| stream gain |" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("norm", [[], ["--encoder-normalize-before", "--decoder-normalize-before"]],
+                         ids=["post-norm", "pre-norm"])
+def test_fairseqs_own_transformer_checkpoint_reports_both_sides(norm, tiny_data_bin, tmp_path):
+    """The tables' baselines are fairseq's ``transformer``: no aggregation, no streams, both sides reported."""
+    train(tiny_data_bin, tmp_path, "transformer", *norm, shape=VANILLA_TINY)
+    checkpoint = str(tmp_path / "checkpoint_last.pt")
+    result = checkpoint_report(checkpoint, str(tiny_data_bin))[checkpoint]
+    assert set(result["outputs"]) == {"encoder", "decoder"}
+    for out in result["outputs"].values():
+        assert out["aggregate_std"] > 0 and "stream_gain" not in out
+        assert math.isnan(out["eps_share"]) == (not norm)  # pre-norm: the final LayerNorm's eps share
+    assert math.isfinite(result["loss"]) and result["aggregator_grad_share"] == 0.0

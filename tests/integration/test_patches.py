@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 
 from fairseq_capsagg import USER_DIR
-from helpers import BIN, TINY, TINY_CORPUS, run_tool, tool_threads
+from helpers import BIN, TINY_CORPUS, VANILLA_TINY, run_tool, tool_threads
 
 
 PACKAGE = Path(USER_DIR)
-VANILLA_TINY = [f for f in TINY if f not in ("--output-capsules", "8")]
 
 
 @pytest.fixture(scope="module")

@@ -24,9 +24,10 @@ TABLE1 = ROOT / "examples" / "table1.py"
 FAMILIES = list(families())
 
 #: The tiny shape of the command-line tests (``train``).
-TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
-        "--decoder-ffn-embed-dim", "64", "--encoder-layers", "3", "--decoder-layers", "3",
-        "--output-capsules", "8"]
+#: The tiny shape of fairseq's own ``transformer`` (``VANILLA_TINY``) and of the plugin's models (``TINY``).
+VANILLA_TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
+                "--decoder-ffn-embed-dim", "64", "--encoder-layers", "3", "--decoder-layers", "3"]
+TINY = [*VANILLA_TINY, "--output-capsules", "8"]
 
 
 def tool_threads() -> str:
@@ -66,10 +67,10 @@ def table1(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return run_driver(TABLE1, *args, check=check)
 
 
-def train(data, save_dir, arch, *extra):
-    """Three updates of ``arch`` at the tiny shape through ``fairseq-train``."""
+def train(data, save_dir, arch, *extra, shape=TINY):
+    """Three updates of ``arch`` at the tiny ``shape`` through ``fairseq-train``."""
     return run_tool(
-        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *TINY,
+        "fairseq-train", str(data), "--user-dir", USER_DIR, "--arch", arch, *shape,
         "--task", "translation", "--source-lang", "en", "--target-lang", "de", "--cpu",
         "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "2000", "--max-update", "3",
         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
