@@ -14,8 +14,6 @@ from fairseq_capsagg.patches.safe_checkpoints import UnsafeCheckpointError, chec
 from helpers import FAMILIES, TINY, VANILLA_TINY, build_tiny_model, run_tool, train
 
 
-
-
 @pytest.fixture(scope="module")
 def vanilla_checkpoint(tiny_data_bin, tmp_path_factory):
     """A plain fairseq `transformer` trained for 3 updates at the tiny shape."""
@@ -35,8 +33,7 @@ def test_vanilla_checkpoint_initialises_every_shared_weight(family, vanilla_chec
     state = checkpoint_utils.load_checkpoint_to_cpu(str(vanilla_checkpoint))
     vanilla = state["model"]
     dictionary = Dictionary.load(str(tiny_data_bin / "dict.en.txt"))
-    model, _ = build_tiny_model(f"transformer_{family}_small", TINY,
-                                dictionary=dictionary)
+    model, _ = build_tiny_model(f"transformer_{family}_small", TINY, dictionary=dictionary)
     fresh = {k: v.clone() for k, v in model.state_dict().items()}
     model.load_state_dict(dict(vanilla), strict=True)  # what --finetune-from-model does
     loaded = model.state_dict()
