@@ -45,6 +45,7 @@ from ..models import SHAPES, CapsAggTransformerModel
 from ..models.aggregating_stack import AGGREGATION_MODULES
 from ..models.build import model_args
 from ..models.dense_connections import ResidualStreams
+from ..tools.arguments import check_checkpoint, check_data_bin
 from .agreement import AgreementAccumulator, routing_modules
 
 
@@ -237,7 +238,9 @@ def cli_main(argv: Optional[List[str]] = None) -> int:
                                                      "every architecture at init")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
+    check_data_bin(parser, args.data)
     if args.path:
+        check_checkpoint(parser, args.path)
         report = checkpoint_report(args.path, args.data, args.max_tokens)
     else:
         archs = [f"transformer_{family}_{shape}" for shape in args.shapes for family in args.families]

@@ -22,11 +22,12 @@ from typing import Dict, List, Sequence, Set
 
 import torch
 from fairseq import checkpoint_utils, utils
-from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import TransformerModel
 
 from .. import USER_DIR
 from ..models import CapsAggTransformerModel
+from .arguments import check_checkpoint, check_data_bin
 
 
 def model_flag_parser(model) -> argparse.ArgumentParser:
@@ -96,6 +97,12 @@ def cli_main(argv=None) -> int:
     parser.add_argument("--model-args", default="",
                         help="model flags of every architecture, e.g. --model-args=\"--routing-init identity\"")
     args = parser.parse_args(argv)
+    check_checkpoint(parser, args.path)
+    check_data_bin(parser, args.data)
+    ours = sorted(name for name, model in ARCH_MODEL_REGISTRY.items() if model is CapsAggTransformerModel)
+    unknown = [arch for arch in args.arch if arch not in ours]
+    if unknown:
+        parser.error(f"--arch: unknown {', '.join(unknown)}; choose from {', '.join(ours)}")
     print(json.dumps(warm_start_losses(args.path, args.data, args.arch, args.subset,
                                        model_args=args.model_args.split()), indent=2))
     return 0

@@ -140,3 +140,27 @@ def test_fairseqs_own_transformer_checkpoint_reports_both_sides(norm, tiny_data_
         assert out["aggregate_std"] > 0 and "stream_gain" not in out
         assert math.isnan(out["eps_share"]) == (not norm)  # pre-norm: the final LayerNorm's eps share
     assert math.isfinite(result["loss"]) and result["aggregator_grad_share"] == 0.0
+
+
+@pytest.mark.parametrize("tool", ["health", "warm-start"])
+def test_a_missing_file_or_unknown_architecture_is_one_line(tool, tiny_data_bin, tmp_path, capsys):
+    """Checked before any model loads: one ``error:`` line naming the flag, exit status 2."""
+    from fairseq_capsagg.tools import warm_start_loss
+
+    checkpoint = tmp_path / "checkpoint_best.pt"
+    checkpoint.write_bytes(b"")  # the argument checks only look for the file
+    good = ["--data", str(tiny_data_bin), "--path", str(checkpoint)]
+    main, cases = {
+        "health": (cli_main, [(["--data", str(tmp_path), "--path", str(checkpoint)], "--data "),
+                              (["--data", str(tiny_data_bin), "--path", str(tmp_path / "none.pt")], "--path ")]),
+        "warm-start": (warm_start_loss.cli_main,
+                       [([*good, "--arch", "transformer_foo_small"], "--arch: unknown transformer_foo_small; "
+                                                                     "choose from transformer_depthattn_base"),
+                        (["--data", str(tiny_data_bin), "--path", str(tmp_path / "none.pt"),
+                          "--arch", "transformer_dwa_small"], "--path ")]),
+    }[tool]
+    for argv, message in cases:
+        with pytest.raises(SystemExit) as stop:
+            main(argv)
+        errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+        assert stop.value.code == 2 and len(errors) == 1 and message in errors[0], errors
