@@ -61,7 +61,7 @@ def main(argv=None) -> int:
         args.main_job_args = args.main_job_args[1:]
     try:
         result = args.run(args)
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:  # fairseq's "Model file not found" is an OSError, not FileNotFoundError
         print(f"analysis {args.command}: error: {e}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2))

@@ -34,3 +34,11 @@ def test_depth_weights_of_a_model_without_peers_is_one_line(tiny_data_bin, tmp_p
     assert code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "analysis depth-weights: error: the model has no dense connections and no dwa, depth-attention or mudd aggregator"]
+
+
+@pytest.mark.parametrize("command", ["agreement", "depth-weights"])
+def test_a_missing_checkpoint_is_one_line(command, tiny_data_bin, tmp_path, capsys):
+    missing = tmp_path / "none.pt"
+    code = analysis_main([command, "--path", str(missing), "--data", str(tiny_data_bin), "--output-dir", str(tmp_path)])
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines() == [f"analysis {command}: error: Model file not found: {missing}"]
