@@ -142,25 +142,31 @@ def test_fairseqs_own_transformer_checkpoint_reports_both_sides(norm, tiny_data_
     assert math.isfinite(result["loss"]) and result["aggregator_grad_share"] == 0.0
 
 
-@pytest.mark.parametrize("tool", ["health", "warm-start"])
-def test_a_missing_file_or_unknown_architecture_is_one_line(tool, tiny_data_bin, tmp_path, capsys):
-    """Checked before any model loads: one ``error:`` line naming the flag, exit status 2."""
-    from fairseq_capsagg.tools import warm_start_loss
+def one_error_line(main, argv, capsys) -> str:
+    """The one ``error:`` line ``main(argv)`` stops with (exit status 2)."""
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert stop.value.code == 2 and len(errors) == 1, errors
+    return errors[0]
 
+
+def test_health_with_a_missing_file_is_one_line(tiny_data_bin, tmp_path, capsys):
+    """Checked before any model loads."""
     checkpoint = tmp_path / "checkpoint_best.pt"
     checkpoint.write_bytes(b"")  # the argument checks only look for the file
-    good = ["--data", str(tiny_data_bin), "--path", str(checkpoint)]
-    main, cases = {
-        "health": (cli_main, [(["--data", str(tmp_path), "--path", str(checkpoint)], "--data "),
-                              (["--data", str(tiny_data_bin), "--path", str(tmp_path / "none.pt")], "--path ")]),
-        "warm-start": (warm_start_loss.cli_main,
-                       [([*good, "--arch", "transformer_foo_small"], "--arch: unknown transformer_foo_small; "
-                                                                     "choose from transformer_depthattn_base"),
-                        (["--data", str(tiny_data_bin), "--path", str(tmp_path / "none.pt"),
-                          "--arch", "transformer_dwa_small"], "--path ")]),
-    }[tool]
-    for argv, message in cases:
-        with pytest.raises(SystemExit) as stop:
-            main(argv)
-        errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
-        assert stop.value.code == 2 and len(errors) == 1 and message in errors[0], errors
+    assert "--data " in one_error_line(cli_main, ["--data", str(tmp_path), "--path", str(checkpoint)], capsys)
+    missing = ["--data", str(tiny_data_bin), "--path", str(tmp_path / "none.pt")]
+    assert "--path " in one_error_line(cli_main, missing, capsys)
+
+
+def test_the_step0_tool_with_a_missing_file_or_unknown_architecture_is_one_line(tiny_data_bin, tmp_path, capsys):
+    from fairseq_capsagg.tools.warm_start_loss import cli_main as step0_main
+
+    checkpoint = tmp_path / "checkpoint_best.pt"
+    checkpoint.write_bytes(b"")
+    unknown = ["--data", str(tiny_data_bin), "--path", str(checkpoint), "--arch", "transformer_foo_small"]
+    assert ("--arch: unknown transformer_foo_small; choose from transformer_depthattn_base"
+            in one_error_line(step0_main, unknown, capsys))
+    missing = ["--data", str(tiny_data_bin), "--path", str(tmp_path / "none.pt"), "--arch", "transformer_dwa_small"]
+    assert "--path " in one_error_line(step0_main, missing, capsys)
