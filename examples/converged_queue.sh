@@ -8,8 +8,9 @@
 #      (runs/peers-streams, published to docs/results/streams/): about 3 hours that complete a table, so
 #      they go before the 10-11 hours of job 3;
 #   3. the converged comparison's rows b: the paper's protocol from the Transformer's best checkpoint (the
-#      question the comparison exists for), the paper's aggregators, then MUDD, DWA, hyper-connections, mHC,
-#      then the Transformer's second seed continued (the protocol's noise, against the first);
+#      question the comparison exists for): the Transformer, the combinations and EM routing, then the
+#      Transformer's second seed continued (the protocol's noise, which every continued row is read
+#      against), then EM routing on the encoder only, MUDD, DWA, hyper-connections and mHC;
 #   4. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
 #      convergence, the Transformer's second seed;
 #   5. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
@@ -20,6 +21,7 @@
 #                                               # and start (or resume) the queue
 #   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where and
 #                                               # when they stop) and the last lines of the queue's log
+#   examples/converged_queue.sh jobs            # the jobs' capsagg-table1 arguments, one line each, in order
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
 #   examples/converged_queue.sh stop [--at-checkpoint]  # end it (after the next checkpoint: nothing lost);
 #                                               # `start` resumes from the last checkpoints
@@ -41,15 +43,18 @@ running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
   local reference=converged-baseline-s1
-  local issue_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
-  issue_rows+=,continued-emrouting-encoder,continued-mudd,continued-dwa
-  # En->De: also the residual-stream peers, then the Transformer's second seed continued (the protocol's noise)
-  local continued=$issue_rows,continued-hc,continued-mhc,continued-baseline-s2
+  local paper_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
+  local issue_rows=$paper_rows,continued-emrouting-encoder,continued-mudd,continued-dwa
   local paper_protocol=$reference,$issue_rows
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $reference"
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
        "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $continued"
+  # En->De: the Transformer's second seed continued (the protocol's noise) once the paper's rows have a reading,
+  # then the rest of the issue's rows and the residual-stream peers
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $paper_rows"
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows continued-baseline-s2"
+  echo "--table converged --workdir $WORK --publish $ROOT/docs/results" \
+       "--rows continued-emrouting-encoder,continued-mudd,continued-dwa,continued-hc,continued-mhc"
   local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
   echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $from_scratch,converged-baseline-s2"
   echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
@@ -113,6 +118,7 @@ case "${1:-status}" in
     fi
     if [[ $1 == restart ]]; then exec "$ROOT/examples/converged_queue.sh" start "${2:-HEAD}"; fi
     ;;
+  jobs) jobs_of ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
     for stages in "$WORK/stages.json" "$RUNS/peers-streams/stages.json" "$RUNS/converged-zhen/stages.json"; do
@@ -125,5 +131,5 @@ print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train '))
     done
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;
-  *) echo "usage: $0 start [COMMIT] | status | pause | resume | stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start [COMMIT] | status | jobs | pause | resume | stop [--at-checkpoint] | restart [COMMIT]" >&2; exit 2 ;;
 esac

@@ -3,6 +3,8 @@ checkpoint averages and the search-error count (no training: fairseq is simulate
 
 import argparse
 import json
+import shlex
+import subprocess
 from pathlib import Path
 from typing import Dict, List
 
@@ -14,9 +16,9 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootSchedule,
 )
 
-from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs, reference_pack
+from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs, reference_pack, table1
 from fairseq_capsagg.pipeline.experiment import Stages
-from helpers import build_tiny_model
+from helpers import ROOT, build_tiny_model
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
 CURVE = {u: loss for u, loss in zip(range(10, 400, 10), [
@@ -237,6 +239,27 @@ def test_the_paper_protocol_has_its_own_seed_noise_before_the_rows_from_scratch(
     continued = [i for i, row in enumerate(rows) if row.protocol == "continued"]
     assert continued == list(range(1, len(continued) + 1)) and names[continued[-1]] == "continued-baseline-s2"
     assert "continued-dlcl-s2" not in names and {"converged-baseline-s2", "converged-dlcl-s2"} <= set(names)
+
+
+def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_rows(monkeypatch):
+    """Every job of examples/converged_queue.sh parses as capsagg-table1's arguments (a mistyped row would
+    otherwise fail days into the queue), and on En->De the queue trains the converged Transformer first, the
+    second seed continued right after the paper's own rows (the noise they are read against) and every
+    continued row before the rows from scratch."""
+    jobs = subprocess.run(["bash", str(ROOT / "examples" / "converged_queue.sh"), "jobs"], check=True,
+                          capture_output=True, text=True).stdout.splitlines()
+    monkeypatch.chdir(ROOT)  # --speed-json is relative, as in the queue's frozen copy
+    order: List[str] = []
+    for job in jobs:
+        args = table1.parse_args(shlex.split(job))
+        if args.table == "converged" and args.source_lang == "en":
+            order += [name for name in args.rows or [row.name for row in table1.rows_of(args)] if name not in order]
+    paper = ["continued-baseline", "continued-linagg", "continued-dyncomb", "continued-emrouting"]
+    assert order[:len(paper) + 2] == [converged.REFERENCE, *paper, "continued-baseline-s2"]
+    continued = [i for i, name in enumerate(order) if name.startswith("continued-")]
+    assert continued == list(range(1, len(continued) + 1))
+    assert set(order) == {row.name for row in converged.converged_rows(converged.default_systems(),
+                                                                       converged.SECOND_SEED)}
 
 
 @pytest.mark.parametrize("system", converged.CONTINUED)
