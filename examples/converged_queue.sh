@@ -43,23 +43,24 @@ running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
   local reference=converged-baseline-s1
+  local converged="--table converged --workdir $WORK --publish $ROOT/docs/results"
   local paper_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
-  local issue_rows=$paper_rows,continued-emrouting-encoder,continued-mudd,continued-dwa
+  local more_rows=continued-emrouting-encoder,continued-mudd,continued-dwa
+  local issue_rows=$paper_rows,$more_rows
   local paper_protocol=$reference,$issue_rows
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $reference"
+  echo "$converged --rows $reference"
   echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
        "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
   # En->De: the Transformer's second seed continued (the protocol's noise) once the paper's rows have a reading,
   # then the rest of the issue's rows and the residual-stream peers
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $paper_rows"
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows continued-baseline-s2"
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results" \
-       "--rows continued-emrouting-encoder,continued-mudd,continued-dwa,continued-hc,continued-mhc"
+  echo "$converged --rows $paper_rows"
+  echo "$converged --rows continued-baseline-s2"
+  echo "$converged --rows $more_rows,continued-hc,continued-mhc"
   local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results --rows $from_scratch,converged-baseline-s2"
+  echo "$converged --rows $from_scratch,converged-baseline-s2"
   echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
        "--publish $ROOT/docs/results --rows $paper_protocol,$from_scratch"
-  echo "--table converged --workdir $WORK --publish $ROOT/docs/results"
+  echo "$converged"
 }
 
 case "${1:-status}" in
