@@ -5,7 +5,6 @@ prints it, ``--write README.md`` replaces the table between its ``<!-- flags:beg
 """
 
 import argparse
-import re
 from pathlib import Path
 from typing import List, Optional
 
@@ -13,6 +12,7 @@ from fairseq.models.transformer import TransformerModel
 
 from ..models import CapsAggTransformerModel
 from ..models.capsagg_transformer import capsagg_base_architecture
+from .markdown_block import write_block
 
 
 def plugin_actions() -> List[argparse.Action]:
@@ -45,22 +45,12 @@ def flags_table() -> str:
     return "\n".join(rows) + "\n"
 
 
-def write_into(path: Path) -> None:
-    """Replaces the text between ``<!-- flags:begin -->`` and ``<!-- flags:end -->`` in ``path``."""
-    text = path.read_text(encoding="utf-8")
-    updated, count = re.subn(r"(<!-- flags:begin -->\n).*?(<!-- flags:end -->)",
-                             lambda m: m.group(1) + flags_table() + m.group(2), text, flags=re.S)
-    if count != 1:
-        raise SystemExit(f"flags: error: {path} has no <!-- flags:begin --> ... <!-- flags:end --> block")
-    path.write_text(updated, encoding="utf-8")
-
-
 def cli_main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="flags", description=__doc__.splitlines()[0])
     parser.add_argument("--write", type=Path, default=None, help="replace the flags table of this Markdown file")
     args = parser.parse_args(argv)
     if args.write:
-        write_into(args.write)
+        write_block(args.write, "flags", flags_table())
     else:
         print(flags_table(), end="")
 

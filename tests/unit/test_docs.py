@@ -1,11 +1,12 @@
-"""The README and docs/: the results table reads what the JSON it cites says, the flags table is the
-parser's, and every local link points at a file that exists."""
+"""The README and docs/: the results table reads what the JSON it cites says, the by-method table is what
+the published JSON say, the flags table is the parser's, and every local link points at a file that exists."""
 
 import json
 import re
 
 import pytest
 
+from fairseq_capsagg.tools.by_method import by_method_table
 from fairseq_capsagg.tools.flags import flags_table
 from helpers import ROOT
 
@@ -63,6 +64,11 @@ def test_a_number_its_json_does_not_say_is_caught(old, new):
     assert old in text
     with pytest.raises(AssertionError):
         check_results_table(text.replace(old, new))
+
+
+def test_the_by_method_table_is_what_the_published_json_say():
+    """Regenerate with ``python -m fairseq_capsagg.tools.by_method --write README.md`` after a row publishes."""
+    assert block("by-method") == by_method_table()
 
 
 def test_the_flags_table_is_the_parsers():

@@ -1,0 +1,124 @@
+"""The by-method table: each method's ΔBLEU per protocol, read from published tables written here."""
+
+import json
+
+import pytest
+
+from fairseq_capsagg.tools.by_method import by_method_table, cli_main
+from fairseq_capsagg.tools.markdown_block import read_block, write_block
+
+ONE_EPOCH = {"max_update": 900, "warm_updates": 600}
+CONVERGED = {"warm_updates": 3000, "patience_updates": 3000, "update_cap": 30000}
+
+
+def row(name, system, protocol, seed, reference, flags=()):
+    return {"name": name, "system": system, "protocol": protocol, "seed": seed, "reference": reference,
+            "flags": list(flags), "max_update": 0}
+
+
+def scored(bleu, delta=None, p=None, average=None):
+    result = {"bleu": bleu}
+    if delta is not None:
+        result.update(delta_bleu=delta, bootstrap_p=p)
+    if average is not None:
+        result["average"] = average
+    return result
+
+
+def publish(folder, name, config, rows, results, failures=None):
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"config": config, "rows": rows, "results": results}
+    if failures is not None:
+        payload["failures"] = failures
+    path.write_text(json.dumps(payload))
+
+
+@pytest.fixture
+def results_dir(tmp_path):
+    publish(tmp_path, "table1-cpu.json", ONE_EPOCH, [
+        row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+        row("warm-baseline", "baseline", "warm", 1, "warm-baseline"),
+        row("scratch-dyncomb-s1", "dyncomb", "scratch", 1, "scratch-baseline-s1"),
+        row("scratch-dyncomb-s2", "dyncomb", "scratch", 2, "scratch-baseline-s1"),
+        row("warm-dyncomb", "dyncomb", "warm", 1, "warm-baseline"),
+        row("scratch-emrouting-iter1-s1", "emrouting", "scratch", 1, "scratch-baseline-s1", ("--routing-iters", "1")),
+        row("scratch-baseline-s2", "baseline", "scratch", 2, "scratch-baseline-s1"),
+    ], {"scratch-baseline-s1": scored(7.42), "warm-baseline": scored(10.37),
+        "scratch-dyncomb-s1": scored(10.38, 2.96, 0.001), "scratch-dyncomb-s2": scored(10.53, 3.11, 0.03),
+        "warm-dyncomb": scored(10.26, -0.11, 0.189), "scratch-emrouting-iter1-s1": scored(6.31, -1.11, 0.001),
+        "scratch-baseline-s2": scored(7.36, -0.06, 0.273)})
+    publish(tmp_path, "streams/peers-cpu.json", ONE_EPOCH, [
+        row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+        row("scratch-hc-s1", "hc", "scratch", 1, "scratch-baseline-s1"),
+    ], {"scratch-baseline-s1": scored(7.44), "scratch-hc-s1": scored(10.46, 3.02, 0.001)})
+    publish(tmp_path, "converged-cpu.json", CONVERGED, [
+        row("converged-baseline-s1", "baseline", "converged", 1, "converged-baseline-s1"),
+        row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1"),
+        row("continued-dyncomb", "dyncomb", "continued", 1, "continued-baseline"),
+        row("continued-emrouting-encoder", "emrouting", "continued", 1, "continued-baseline",
+            ("--decoder-aggregation", "none")),
+        row("continued-hc", "hc", "continued", 1, "continued-baseline"),
+        row("continued-baseline-s2", "baseline", "continued", 2, "continued-baseline"),
+        row("converged-dyncomb-s1", "dyncomb", "converged", 1, "converged-baseline-s1"),
+    ], {"converged-baseline-s1": scored(29.0, average=scored(28.98)),
+        "continued-baseline": scored(28.93, -0.07, 0.28, average=scored(29.40, 0.42, 0.012)),
+        "continued-dyncomb": scored(29.10, 0.17, 0.102, average=scored(29.64, 0.24, 0.021))},
+        failures={"continued-hc": "runs/converged/logs/continued-hc.log"})
+    return tmp_path
+
+
+def table_rows(text):
+    """{first cell: the other cells} of the table's rows (the header and the rule left out)."""
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| method")]
+    return {cells[0]: cells[1:] for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines)}
+
+
+def test_each_method_reads_its_delta_per_protocol_with_its_seeds_and_marks(results_dir):
+    rows = table_rows(by_method_table(results_dir))
+    assert rows["Transformer: BLEU"] == ["7.42", "10.37", "28.93", "29.40", "29.00"]
+    assert rows["Dynamic Combination"] == ["+2.96† / +3.11*", "−0.11", "+0.17", "+0.24*", "pending"]
+    assert rows["Hyper-connections"] == ["+3.02†", "–", "failed", "failed", "–"]
+    assert rows["Transformer, second seed"] == ["−0.06", "–", "pending", "pending", "–"]
+
+
+def test_the_converged_comparisons_ablations_are_methods_and_the_others_stay_in_their_tables(results_dir):
+    rows = table_rows(by_method_table(results_dir))
+    assert rows["EM Routing (`--decoder-aggregation none`)"] == ["–", "–", "pending", "pending", "–"]
+    assert not [label for label in rows if "routing-iters" in label]
+
+
+def test_a_method_measured_against_another_run_of_the_transformer_is_said_so(results_dir):
+    text = by_method_table(results_dir)
+    assert ('Hyper-connections in "one epoch: from scratch, 900 updates": against their own table\'s run of the '
+            "Transformer (BLEU 7.44).") in text
+    assert "Dynamic Combination in" not in text
+
+
+def test_the_columns_and_their_updates_come_from_the_published_configs(results_dir):
+    publish(results_dir, "converged-cpu.json", {**CONVERGED, "warm_updates": 5000}, [
+        row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1")], {})
+    publish(results_dir, "table1-cpu.json", {**ONE_EPOCH, "max_update": 1200}, [
+        row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1")], {"scratch-baseline-s1":
+                                                                                       scored(7.0)})
+    header = by_method_table(results_dir).splitlines()[0]
+    assert header == ("| method | one epoch: from scratch, 1,200 updates | "
+                      "converged: +5,000 from the converged Transformer | the same, last 5 averaged |")
+
+
+def test_the_cli_writes_the_table_between_its_markers_only(results_dir, tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("before\n<!-- by-method:begin -->\nold\n<!-- by-method:end -->\nafter\n")
+    cli_main(["--results", str(results_dir), "--write", str(page)])
+    assert read_block(page, "by-method") == by_method_table(results_dir)
+    assert page.read_text().startswith("before\n") and page.read_text().endswith("<!-- by-method:end -->\nafter\n")
+
+
+def test_a_page_without_the_markers_is_one_clear_error(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("no block here\n")
+    with pytest.raises(SystemExit, match=r"<!-- by-method:begin --> \.\.\. <!-- by-method:end -->"):
+        write_block(page, "by-method", "table\n")
+    assert page.read_text() == "no block here\n"
+    with pytest.raises(SystemExit, match="missing.md: no such file"):
+        cli_main(["--write", str(tmp_path / "missing.md")])
