@@ -10,10 +10,11 @@ Machine Translation with Routing-by-Agreement".
   the stacks' output and dense connections between blocks, and its
   ``transformer_{family}_{base,big,small}`` architectures.
 * :mod:`fairseq_capsagg.patches`: the plugin's changes to fairseq's behaviour.
-* :mod:`fairseq_capsagg.tools`: hub, translation, parameter counts, warm-start loss, the flags table.
+* :mod:`fairseq_capsagg.tools`: hub, translation, parameter counts, warm-start loss, the flags table and the
+  README's generated blocks.
 * :mod:`fairseq_capsagg.analysis`: scoring and significance, the paper's analyses, the health report.
 * :mod:`fairseq_capsagg.pipeline`: the experiment drivers (the main job, Table 1 and its peers and
-  converged comparisons).
+  converged comparisons) and the by-method summary of their published tables.
 * :mod:`fairseq_capsagg.input_repair`: how a bad input line is repaired (used by the tools and the
   ``fairseq-interactive`` guard).
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from fairseq_capsagg.tools.by_method import by_method_table, cli_main
+from fairseq_capsagg.pipeline.by_method import by_method_table, cli_main
 from fairseq_capsagg.tools.markdown_block import read_block, write_block
 
 ONE_EPOCH = {"max_update": 900, "warm_updates": 600}

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from fairseq_capsagg.tools.by_method import by_method_table
+from fairseq_capsagg.pipeline.by_method import by_method_table
 from fairseq_capsagg.tools.flags import flags_table
 from helpers import ROOT
 
@@ -67,7 +67,7 @@ def test_a_number_its_json_does_not_say_is_caught(old, new):
 
 
 def test_the_by_method_table_is_what_the_published_json_say():
-    """Regenerate with ``python -m fairseq_capsagg.tools.by_method --write README.md`` after a row publishes."""
+    """Regenerate with ``python -m fairseq_capsagg.pipeline.by_method --write README.md`` after a row publishes."""
     assert block("by-method") == by_method_table()
 
 

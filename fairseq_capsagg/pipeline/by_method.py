@@ -3,7 +3,7 @@ hold on a trained Transformer?
 
 Read from the En->De tables published in ``docs/results`` (the paper's Table 1, the two peers tables and the
 converged comparison): the README's by-method table is this output (tested to match).
-``python -m fairseq_capsagg.tools.by_method`` prints it, ``--write README.md`` replaces the table between
+``python -m fairseq_capsagg.pipeline.by_method`` prints it, ``--write README.md`` replaces the table between
 the page's ``<!-- by-method:begin/end -->`` markers.
 """
 
@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..analysis.scoring import significance_mark
-from ..pipeline import fairseq_runs
-from .markdown_block import write_block
+from . import fairseq_runs
+from ..tools.markdown_block import write_block
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
