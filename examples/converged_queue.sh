@@ -10,12 +10,15 @@
 #   3. the converged comparison's rows b: the paper's protocol from the Transformer's best checkpoint (the
 #      question the comparison exists for): the Transformer, the combinations and EM routing, then the
 #      Transformer's second seed continued (the protocol's noise, which every continued row is read
-#      against), then EM routing on the encoder only, MUDD, DWA, hyper-connections and mHC;
+#      against), then EM routing on the encoder only, MUDD, DWA, hyper-connections and mHC, then the
+#      dynamic combination's second seed continued (an hour: the one aggregator with a gain near
+#      significance on the trained model, its own seed noise);
 #   4. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
 #      convergence, the Transformer's second seed;
 #   5. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
 #      remains after a-d";
-#   6. every other row of the converged comparison (e: the other peers from scratch), in its order.
+#   6. the other peers from scratch (e), in the table's order;
+#   7. every row left: the dynamic combination's second seed from scratch (10 hours for a second reading).
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
@@ -43,7 +46,8 @@ running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
   local reference=converged-baseline-s1
-  local converged="--table converged --workdir $WORK --publish $ROOT/docs/results"
+  # every En->De job lists the same rows, the pending ones too, in the table it publishes
+  local converged="--table converged --second-seed baseline,dyncomb --workdir $WORK --publish $ROOT/docs/results"
   local paper_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
   local more_rows=continued-emrouting-encoder,continued-mudd,continued-dwa
   local issue_rows=$paper_rows,$more_rows
@@ -56,10 +60,13 @@ jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue
   echo "$converged --rows $paper_rows"
   echo "$converged --rows continued-baseline-s2"
   echo "$converged --rows $more_rows,continued-hc,continued-mhc"
+  echo "$converged --rows continued-dyncomb-s2"
   local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
   echo "$converged --rows $from_scratch,converged-baseline-s2"
   echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
        "--publish $ROOT/docs/results --rows $paper_protocol,$from_scratch"
+  local peers=converged-dwa-s1,converged-depthattn-s1,converged-dlcl-s1,converged-hc-s1,converged-mhc-s1
+  echo "$converged --rows $peers,converged-linagg-s1"
   echo "$converged"
 }
 

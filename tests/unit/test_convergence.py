@@ -244,8 +244,8 @@ def test_the_paper_protocol_has_its_own_seed_noise_before_the_rows_from_scratch(
 def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_rows(monkeypatch):
     """Every job of examples/converged_queue.sh parses as capsagg-table1's arguments (a mistyped row would
     otherwise fail days into the queue), and on En->De the queue trains the converged Transformer first, the
-    second seed continued right after the paper's own rows (the noise they are read against) and every
-    continued row before the rows from scratch."""
+    second seed continued right after the paper's own rows (the noise they are read against), every continued
+    row before the rows from scratch, and a second seed from scratch (10 hours for a second reading) last."""
     jobs = subprocess.run(["bash", str(ROOT / "examples" / "converged_queue.sh"), "jobs"], check=True,
                           capture_output=True, text=True).stdout.splitlines()
     monkeypatch.chdir(ROOT)  # --speed-json is relative, as in the queue's frozen copy
@@ -258,8 +258,14 @@ def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_row
     assert order[:len(paper) + 2] == [converged.REFERENCE, *paper, "continued-baseline-s2"]
     continued = [i for i, name in enumerate(order) if name.startswith("continued-")]
     assert continued == list(range(1, len(continued) + 1))
+    second_seeds = {tuple(args.second_seed) for args in map(table1.parse_args, map(shlex.split, jobs))
+                    if args.table == "converged" and args.source_lang == "en"}
+    assert len(second_seeds) == 1  # every En->De job lists the same rows in the table it publishes
     assert set(order) == {row.name for row in converged.converged_rows(converged.default_systems(),
-                                                                       converged.SECOND_SEED)}
+                                                                       second_seeds.pop())}
+    other_scratch_seeds = [name for name in order if name.startswith("converged-") and name.endswith("-s2")
+                           and name != "converged-baseline-s2"]
+    assert order[len(order) - len(other_scratch_seeds):] == other_scratch_seeds
 
 
 @pytest.mark.parametrize("system", converged.CONTINUED)
