@@ -47,6 +47,7 @@ class Entry:
     (None: pending)."""
 
     name: str
+    source: str  # the published JSON, relative to the results folder
     system: str
     method: str  # the row's name without its protocol and seed: "emrouting-encoder", "baseline"
     label: str
@@ -80,7 +81,7 @@ def read_entries(results_dir: Path) -> Tuple[List[Entry], Dict[str, Dict[str, ob
             configs.setdefault(row["protocol"], payload["config"])
             label = fairseq_runs.label(row["system"]).removeprefix("+ ")
             entries[row["name"], row["protocol"]] = Entry(
-                name=row["name"], system=row["system"], method=method_of(row["name"], row["protocol"], row["seed"]),
+                name=row["name"], source=source, system=row["system"], method=method_of(row["name"], row["protocol"], row["seed"]),
                 label=label + (f" (`{' '.join(row['flags'])}`)" if row["flags"] else ""),
                 protocol=row["protocol"], seed=row["seed"], reference=row["reference"], ablation=bool(row["flags"]),
                 result=payload["results"].get(row["name"]),
@@ -132,19 +133,21 @@ def bleu_cell(entry: Optional[Entry], average: bool) -> str:
 
 def other_references(entries: List[Entry], references: Dict[str, Optional[Entry]],
                      titles: Dict[str, str]) -> List[str]:
-    """Notes for the methods measured against another run of their protocol's Transformer than the one the
-    first row shows (a table that trained its own)."""
-    notes: Dict[Tuple[str, float], List[str]] = {}
+    """Notes for the rows measured against another run of their protocol's Transformer than the one the first
+    row shows (a table that trained its own, or the Transformer of a second seed)."""
+    notes: Dict[Tuple[str, str, str, float], List[str]] = {}
     for entry in entries:
         shown = references.get(entry.protocol)
         if entry.method == fairseq_runs.BASELINE or shown is None or shown.result is None \
-                or entry.reference_result is None or entry.reference_result["bleu"] == shown.result["bleu"]:
+                or entry.reference_result is None \
+                or (entry.reference, entry.reference_result["bleu"]) == (shown.name, shown.result["bleu"]):
             continue
-        labels = notes.setdefault((entry.protocol, entry.reference_result["bleu"]), [])
-        if entry.label not in labels:
-            labels.append(entry.label)
-    return [f"{', '.join(labels)} in \"{titles[protocol]}\": against their own table's run of the Transformer "
-            f"(BLEU {bleu:.2f})." for (protocol, bleu), labels in notes.items()]
+        labels = notes.setdefault((entry.protocol, entry.reference, entry.source, entry.reference_result["bleu"]), [])
+        label = entry.label + (f" (seed {entry.seed})" if entry.seed != 1 else "")
+        if label not in labels:
+            labels.append(label)
+    return [f"{', '.join(labels)} in \"{titles[protocol]}\": against `{reference}` of `{source}` (BLEU {bleu:.2f})."
+            for (protocol, reference, source, bleu), labels in notes.items()]
 
 
 def by_method_table(results_dir: Path = RESULTS) -> str:

@@ -11,7 +11,8 @@ b. The paper's protocol from that row's best checkpoint: ``continued-baseline`` 
    warm-up over ``--warmup`` updates to the learning rate the Transformer had reached at its best
    checkpoint, then that rate. The routing families start as the Transformer and ramp in. Then the
    continued rows of the second seeds (``continued-baseline-s2`` by default: the noise of this protocol,
-   an hour, which the differences of b. are read against).
+   an hour, which the differences of b. are read against; an aggregator's second seed against the
+   Transformer's, :func:`second_seed_reference`).
 c. :data:`FIRST_FROM_SCRATCH` from scratch to convergence.
 d. The second seeds from scratch (the Transformer's by default: the noise of a converged row).
 e. Every other system from scratch to convergence.
@@ -58,6 +59,15 @@ def default_systems() -> List[str]:
     return ["baseline", "linagg", "dyncomb", "emrouting", *fairseq_runs.peer_systems()]
 
 
+def second_seed_reference(system: str, protocol: str, second_seed: Sequence[str]) -> str:
+    """What a second-seed row of ``protocol`` is compared with: the Transformer's first seed for the Transformer
+    (the noise); for an aggregator the Transformer of its own seed where that row exists (fairseq reseeds every
+    update with seed + update, so same-seed rows see the same batches and dropout draws: a paired difference)."""
+    if system == "baseline" or "baseline" not in second_seed:
+        return CONTINUED_REFERENCE if protocol == "continued" else REFERENCE
+    return f"{protocol}-baseline-s2"
+
+
 def converged_rows(systems: Sequence[str], second_seed: Sequence[str]) -> List[Row]:
     """Every row, in the order they train (the module's a-e)."""
     rows = [Row(REFERENCE, "baseline", "converged", 1, REFERENCE),
@@ -66,11 +76,12 @@ def converged_rows(systems: Sequence[str], second_seed: Sequence[str]) -> List[R
         rows.append(Row(f"continued-{system}", system, "continued", 1, CONTINUED_REFERENCE))
         if system == "emrouting":
             rows.append(Row("continued-emrouting-encoder", system, "continued", 1, CONTINUED_REFERENCE, ENCODER_ONLY))
-    rows += [Row(f"continued-{s}-s2", s, "continued", 2, CONTINUED_REFERENCE)
+    rows += [Row(f"continued-{s}-s2", s, "continued", 2, second_seed_reference(s, "continued", second_seed))
              for s in second_seed if s == "baseline" or s in CONTINUED]
     first = [s for s in FIRST_FROM_SCRATCH if s in systems]
     rows += [Row(f"converged-{s}-s1", s, "converged", 1, REFERENCE) for s in first]
-    rows += [Row(f"converged-{s}-s2", s, "converged", 2, REFERENCE) for s in second_seed]
+    rows += [Row(f"converged-{s}-s2", s, "converged", 2, second_seed_reference(s, "converged", second_seed))
+             for s in second_seed]
     peers = fairseq_runs.peer_systems()
     rest = sorted((s for s in systems if s != "baseline" and s not in first), key=lambda s: s not in peers)
     rows += [Row(f"converged-{s}-s1", s, "converged", 1, REFERENCE) for s in rest]
@@ -318,10 +329,16 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
               "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     lr = f"{results[CONTINUED_REFERENCE]['lr']:.3g}" if CONTINUED_REFERENCE in results else "pending"
-    titles = {"converged": f"From scratch until converged (against `{REFERENCE}`)",
+    paired = {protocol: ", ".join(f"`{r.name}` against `{r.reference}`" for r in rows if r.protocol == protocol
+                                  and r.reference not in (r.name, REFERENCE, CONTINUED_REFERENCE))
+              for protocol in ("converged", "continued")}
+    same_seed = {protocol: f"; {names}, the Transformer of the same seed" if names else ""
+                 for protocol, names in paired.items()}
+    titles = {"converged": f"From scratch until converged (against `{REFERENCE}`{same_seed['converged']})",
               "continued": f"Continued from `{REFERENCE}`'s best checkpoint, {args.warm_updates} further updates at "
                            f"its learning rate ({lr}) after a {args.warmup}-update warm-up (`{CONTINUED_REFERENCE}` "
-                           f"against `{REFERENCE}`, the aggregators and second seeds against `{CONTINUED_REFERENCE}`)"}
+                           f"against `{REFERENCE}`, the aggregators and second seeds against `{CONTINUED_REFERENCE}`"
+                           f"{same_seed['continued']})"}
     out = [caption, ""]
     for protocol in ("converged", "continued"):
         out += [f"### {titles[protocol]}", "", header]

@@ -60,10 +60,13 @@ def results_dir(tmp_path):
             ("--decoder-aggregation", "none")),
         row("continued-hc", "hc", "continued", 1, "continued-baseline"),
         row("continued-baseline-s2", "baseline", "continued", 2, "continued-baseline"),
+        row("continued-dyncomb-s2", "dyncomb", "continued", 2, "continued-baseline-s2"),
         row("converged-dyncomb-s1", "dyncomb", "converged", 1, "converged-baseline-s1"),
     ], {"converged-baseline-s1": scored(29.0, average=scored(28.98)),
         "continued-baseline": scored(28.93, -0.07, 0.28, average=scored(29.40, 0.42, 0.012)),
-        "continued-dyncomb": scored(29.10, 0.17, 0.102, average=scored(29.64, 0.24, 0.021))},
+        "continued-dyncomb": scored(29.10, 0.17, 0.102, average=scored(29.64, 0.24, 0.021)),
+        "continued-baseline-s2": scored(29.02, 0.09, 0.248, average=scored(29.13, -0.27, 0.06)),
+        "continued-dyncomb-s2": scored(29.07, 0.05, 0.3, average=scored(29.30, 0.17, 0.008))},
         failures={"continued-hc": "runs/converged/logs/continued-hc.log"})
     return tmp_path
 
@@ -77,9 +80,10 @@ def table_rows(text):
 def test_each_method_reads_its_delta_per_protocol_with_its_seeds_and_marks(results_dir):
     rows = table_rows(by_method_table(results_dir))
     assert rows["Transformer: BLEU"] == ["7.42", "10.37", "28.93", "29.40", "29.00"]
-    assert rows["Dynamic Combination"] == ["+2.96† / +3.11*", "−0.11", "+0.17", "+0.24*", "pending"]
+    assert rows["Dynamic Combination"] == ["+2.96† / +3.11*", "−0.11", "+0.17 / +0.05", "+0.24* / +0.17†",
+                                           "pending"]
     assert rows["Hyper-connections"] == ["+3.02†", "–", "failed", "failed", "–"]
-    assert rows["Transformer, second seed"] == ["−0.06", "–", "pending", "pending", "–"]
+    assert rows["Transformer, second seed"] == ["−0.06", "–", "+0.09", "−0.27", "–"]
 
 
 def test_the_converged_comparisons_ablations_are_methods_and_the_others_stay_in_their_tables(results_dir):
@@ -88,10 +92,13 @@ def test_the_converged_comparisons_ablations_are_methods_and_the_others_stay_in_
     assert not [label for label in rows if "routing-iters" in label]
 
 
-def test_a_method_measured_against_another_run_of_the_transformer_is_said_so(results_dir):
+def test_a_row_measured_against_another_run_of_the_transformer_is_said_so(results_dir):
+    """A table that trained its own Transformer, and an aggregator's second seed paired with the Transformer's."""
     text = by_method_table(results_dir)
-    assert ('Hyper-connections in "one epoch: from scratch, 900 updates": against their own table\'s run of the '
-            "Transformer (BLEU 7.44).") in text
+    assert ('Hyper-connections in "one epoch: from scratch, 900 updates": against `scratch-baseline-s1` of '
+            "`streams/peers-cpu.json` (BLEU 7.44).") in text
+    assert ('Dynamic Combination (seed 2) in "converged: +3,000 from the converged Transformer": against '
+            "`continued-baseline-s2` of `converged-cpu.json` (BLEU 29.02).") in text
     assert "Dynamic Combination in" not in text
 
 

@@ -241,6 +241,29 @@ def test_the_paper_protocol_has_its_own_seed_noise_before_the_rows_from_scratch(
     assert "continued-dlcl-s2" not in names and {"converged-baseline-s2", "converged-dlcl-s2"} <= set(names)
 
 
+@pytest.mark.parametrize("second_seed,continued_ref,scratch_ref", [
+    (["baseline", "dyncomb"], "continued-baseline-s2", "converged-baseline-s2"),
+    (["dyncomb"], converged.CONTINUED_REFERENCE, converged.REFERENCE)])
+def test_an_aggregators_second_seed_is_paired_with_the_transformer_of_its_seed(second_seed, continued_ref,
+                                                                               scratch_ref):
+    """Same-seed rows see the same batches and dropout draws (fairseq reseeds every update with seed + update),
+    so an aggregator's second seed is compared with the Transformer's second seed where that row exists, and
+    the table's titles say so; without it, with the first seed's."""
+    rows = {row.name: row for row in converged.converged_rows(converged.default_systems(), second_seed)}
+    assert rows["continued-dyncomb-s2"].reference == continued_ref
+    assert rows["converged-dyncomb-s2"].reference == scratch_ref
+    assert all(row.reference == converged.CONTINUED_REFERENCE for name, row in rows.items()
+               if name.startswith("continued-") and name != "continued-dyncomb-s2" and row.system != "baseline")
+    args = argparse.Namespace(warm_updates=3000, warmup=200, validate_interval_updates=500, patience_updates=3000,
+                              update_cap=30000)
+    titles = [line for line in converged.format_tables(list(rows.values()), {}, None, "", args).splitlines()
+              if line.startswith("### ")]
+    paired = "baseline" in second_seed
+    assert ("`continued-dyncomb-s2` against `continued-baseline-s2`, the Transformer of the same seed" in titles[1]) \
+        == paired
+    assert ("`converged-dyncomb-s2` against `converged-baseline-s2`" in titles[0]) == paired
+
+
 def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_rows(monkeypatch):
     """Every job of examples/converged_queue.sh parses as capsagg-table1's arguments (a mistyped row would
     otherwise fail days into the queue), and on En->De the queue trains the converged Transformer first, the
