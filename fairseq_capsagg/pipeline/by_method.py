@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..analysis.scoring import significance_mark
-from . import fairseq_runs
 from ..tools.markdown_block import write_block
+from . import fairseq_runs
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
@@ -81,11 +81,12 @@ def read_entries(results_dir: Path) -> Tuple[List[Entry], Dict[str, Dict[str, ob
             configs.setdefault(row["protocol"], payload["config"])
             label = fairseq_runs.label(row["system"]).removeprefix("+ ")
             entries[row["name"], row["protocol"]] = Entry(
-                name=row["name"], source=source, system=row["system"], method=method_of(row["name"], row["protocol"], row["seed"]),
+                name=row["name"], source=source, system=row["system"],
+                method=method_of(row["name"], row["protocol"], row["seed"]),
                 label=label + (f" (`{' '.join(row['flags'])}`)" if row["flags"] else ""),
                 protocol=row["protocol"], seed=row["seed"], reference=row["reference"], ablation=bool(row["flags"]),
-                result=payload["results"].get(row["name"]),
-                reference_result=payload["results"].get(row["reference"]), failed=row["name"] in payload.get("failures", {}))
+                result=payload["results"].get(row["name"]), reference_result=payload["results"].get(row["reference"]),
+                failed=row["name"] in payload.get("failures", {}))
     return list(entries.values()), configs
 
 
