@@ -255,30 +255,34 @@ class ConvergedTable:
         A row whose training fails (:class:`~.fairseq_runs.ToolFailed`) is kept in :attr:`failures` and
         the next row trains; a later run tries it again from its last checkpoint."""
         results: Dict[str, Dict[str, object]] = {}
+
+        def collect(row: Row) -> None:  # the imported Transformer, or a trained row evaluated
+            if row.name == REFERENCE and self.imported:  # scored where it was trained
+                results[row.name] = {**self.imported["result"], "imported_from": self.imported["source"]}
+            elif f"train {row.name}" in self.stages.done:
+                results[row.name] = self.evaluate(row)
+            if row.name == REFERENCE and row.name in results:
+                self.step0 = self.continued_starts()
+
         with LoadSampler(self.load_log):
-            for row in rows:
+            for row in rows:  # every row trained before this run first, so that every report lists them all
+                collect(row)
+            for row in (r for r in rows if r.name not in results):
                 wanted = not self.args.report_only and (not self.args.rows or row.name in self.args.rows)
-                trained_now = False
-                if wanted and f"train {row.name}" not in self.stages.done:
-                    if row.protocol == "continued" and f"train {REFERENCE}" not in self.stages.done:
-                        print(f"[converged] {row.name}: pending until {REFERENCE} has converged", flush=True)
-                        continue
-                    try:
-                        self.train(row)
-                    except fairseq_runs.ToolFailed as e:  # one row's failure does not hold up the days after it
-                        self.failures[row.name] = str(e)
-                        print(f"[converged] {row.name} failed: {e}; the next row trains", flush=True)
-                        report(self.compared(rows, results))
-                        continue
-                    trained_now = True
-                if row.name == REFERENCE and self.imported:  # scored where it was trained
-                    results[row.name] = {**self.imported["result"], "imported_from": self.imported["source"]}
-                elif f"train {row.name}" in self.stages.done:
-                    results[row.name] = self.evaluate(row)
-                if row.name == REFERENCE and row.name in results:
-                    self.step0 = self.continued_starts()
-                if trained_now:
+                if not wanted:
+                    continue
+                if row.protocol == "continued" and f"train {REFERENCE}" not in self.stages.done:
+                    print(f"[converged] {row.name}: pending until {REFERENCE} has converged", flush=True)
+                    continue
+                try:
+                    self.train(row)
+                except fairseq_runs.ToolFailed as e:  # one row's failure does not hold up the days after it
+                    self.failures[row.name] = str(e)
+                    print(f"[converged] {row.name} failed: {e}; the next row trains", flush=True)
                     report(self.compared(rows, results))
+                    continue
+                collect(row)
+                report(self.compared(rows, results))
         report(self.compared(rows, results))
 
     def compared(self, rows: List[Row], results: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:

@@ -326,6 +326,29 @@ def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
     assert "| continued-dyncomb | + Dynamic Combination | 1 | pending |" in markdown
 
 
+def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_place_in_the_order(tmp_path):
+    """The queue trains some rows before rows listed earlier (the protocol's noise before the peers' continued
+    rows): a report written after a row of this run still lists every row trained by an earlier run."""
+    args = argparse.Namespace(workdir=tmp_path, validate_interval_updates=500, patience_updates=3000,
+                              update_cap=30000, report_only=False, rows=["continued-dyncomb"], warm_updates=3000,
+                              warmup=200)
+    rows = converged.converged_rows(["baseline", "dyncomb"], ["baseline"])
+    table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
+    for name in (converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-baseline-s2"):
+        table.stages.done[f"train {name}"] = {}
+    reports = []
+
+    def train(row):
+        table.stages.done[f"train {row.name}"] = {}
+
+    table.train, table.evaluate, table.continued_starts = train, lambda row: {"bleu": 1.0}, lambda: {}
+    table.compared = lambda rows, results: dict(results)
+    table.run(rows, reports.append)
+    assert len(reports) == 2  # after the row, at the end
+    assert set(reports[0]) == {converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-dyncomb",
+                               "continued-baseline-s2"}
+
+
 def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
     """What the queue's status prints: each unfinished row's update, validations and where its rule stops it;
     finished rows are left to the table."""
