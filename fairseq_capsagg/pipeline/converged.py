@@ -333,11 +333,11 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
               "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     lr = f"{results[CONTINUED_REFERENCE]['lr']:.3g}" if CONTINUED_REFERENCE in results else "pending"
-    paired = {protocol: ", ".join(f"`{r.name}` against `{r.reference}`" for r in rows if r.protocol == protocol
-                                  and r.reference not in (r.name, REFERENCE, CONTINUED_REFERENCE))
-              for protocol in ("converged", "continued")}
-    same_seed = {protocol: f"; {names}, the Transformer of the same seed" if names else ""
-                 for protocol, names in paired.items()}
+    same_seed = {}
+    for protocol in ("converged", "continued"):
+        names = ", ".join(f"`{r.name}` against `{r.reference}`" for r in rows if r.protocol == protocol
+                          and r.reference not in (r.name, REFERENCE, CONTINUED_REFERENCE))
+        same_seed[protocol] = f"; {names}, the Transformer of the same seed" if names else ""
     titles = {"converged": f"From scratch until converged (against `{REFERENCE}`{same_seed['converged']})",
               "continued": f"Continued from `{REFERENCE}`'s best checkpoint, {args.warm_updates} further updates at "
                            f"its learning rate ({lr}) after a {args.warmup}-update warm-up (`{CONTINUED_REFERENCE}` "

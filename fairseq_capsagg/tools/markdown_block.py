@@ -2,25 +2,32 @@
 
 import re
 from pathlib import Path
+from typing import Optional
 
 
-def _pattern(name: str) -> str:
-    return rf"(<!-- {re.escape(name)}:begin -->\n)(.*?)(<!-- {re.escape(name)}:end -->)"
+def find_block(text: str, name: str) -> Optional[re.Match]:
+    """The block ``name`` of ``text``: groups 1 and 3 its markers, group 2 its content; None without one."""
+    pattern = rf"(<!-- {re.escape(name)}:begin -->\n)(.*?)(<!-- {re.escape(name)}:end -->)"
+    return re.search(pattern, text, flags=re.S)
+
+
+def _page_block(path: Path, name: str):
+    """``path``'s text and its block ``name``; SystemExit naming the file or the markers it lacks."""
+    if not path.is_file():
+        raise SystemExit(f"{name}: error: {path}: no such file")
+    text = path.read_text(encoding="utf-8")
+    match = find_block(text, name)
+    if match is None:
+        raise SystemExit(f"{name}: error: {path} has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
+    return text, match
 
 
 def read_block(path: Path, name: str) -> str:
-    """The text of block ``name`` in ``path``; SystemExit naming the file or the markers it lacks."""
-    if not path.is_file():
-        raise SystemExit(f"{name}: error: {path}: no such file")
-    match = re.search(_pattern(name), path.read_text(encoding="utf-8"), flags=re.S)
-    if match is None:
-        raise SystemExit(f"{name}: error: {path} has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
-    return match.group(2)
+    """The text of block ``name`` in ``path``."""
+    return _page_block(path, name)[1].group(2)
 
 
 def write_block(path: Path, name: str, content: str) -> None:
     """Replaces the text of block ``name`` in ``path`` with ``content`` (which ends with a newline)."""
-    read_block(path, name)
-    text = path.read_text(encoding="utf-8")
-    path.write_text(re.sub(_pattern(name), lambda m: m.group(1) + content + m.group(3), text, count=1, flags=re.S),
-                    encoding="utf-8")
+    text, match = _page_block(path, name)
+    path.write_text(text[:match.start(2)] + content + text[match.end(2):], encoding="utf-8")

@@ -8,6 +8,7 @@ import pytest
 
 from fairseq_capsagg.pipeline.by_method import by_method_table
 from fairseq_capsagg.tools.flags import flags_table
+from fairseq_capsagg.tools.markdown_block import find_block
 from helpers import ROOT
 
 README = ROOT / "README.md"
@@ -15,10 +16,9 @@ DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def block(name: str, text: str = None) -> str:
-    text = README.read_text(encoding="utf-8") if text is None else text
-    match = re.search(rf"<!-- {name}:begin -->\n(.*?)<!-- {name}:end -->", text, flags=re.S)
+    match = find_block(README.read_text(encoding="utf-8") if text is None else text, name)
     assert match, f"README has no {name} block"
-    return match.group(1)
+    return match.group(2)
 
 
 def cited_row(source: str):
