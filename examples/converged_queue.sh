@@ -4,21 +4,24 @@
 # restarted queue skips what is done):
 #
 #   1. the converged comparison's row a (runs/converged): the Transformer to convergence;
-#   2. the peers table's rows of DLCL, hyper-connections and mHC with their own Transformer row
-#      (runs/peers-streams, published to docs/results/streams/): about 3 hours that complete a table, so
-#      they go before the 10-11 hours of job 3;
-#   3. the converged comparison's rows b: the paper's protocol from the Transformer's best checkpoint (the
-#      question the comparison exists for): the Transformer, the combinations and EM routing, then the
-#      Transformer's second seed continued (the protocol's noise, which every continued row is read
-#      against), then EM routing on the encoder only, MUDD, DWA, hyper-connections and mHC, then the
-#      dynamic combination's second seed continued (an hour: the one aggregator with a gain near
-#      significance on the trained model, its own seed noise);
-#   4. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
+#   2. the converged comparison's rows b that the first run never reached: the paper's protocol from the
+#      Transformer's best checkpoint for the Transformer itself, MUDD, DWA, hyper-connections and mHC;
+#   3. the protocol's noise: the Transformer's second seed continued (which every continued row is read
+#      against) and the dynamic combination's (the one aggregator near a significant gain in the first run);
+#   4. the rows b the first run published, trained again from this run's Transformer: linear and dynamic
+#      combination, EM routing, EM routing on the encoder only (a continued row is only comparable with
+#      the continued Transformer of its own converged Transformer);
+#   5. the converged comparison's rows c and d: the dynamic combination, MUDD and EM routing from scratch to
 #      convergence, the Transformer's second seed;
-#   5. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
+#   6. rows a-c for Zh->En (runs/converged-zhen, published as converged-zhen-cpu), the issue's "if time
 #      remains after a-d";
-#   6. the other peers from scratch (e), in the table's order;
-#   7. every row left: the dynamic combination's second seed from scratch (10 hours for a second reading).
+#   7. the other peers from scratch (e), in the table's order;
+#   8. every row left: the dynamic combination's second seed from scratch (10 hours for a second reading).
+#
+# The first run (2026-11-27 and 11-28) lost its machine, and with it every checkpoint, after the rows of
+# docs/results/converged-cpu.md; this one is the second run, published to docs/results/converged-run2/
+# (the first run's table stays as it was published). The peers table of DLCL, hyper-connections and mHC
+# (docs/results/streams/) was the first run's job 2 and is complete.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
@@ -33,7 +36,7 @@
 #
 # Everything lives under runs/ (ignored): the work directories (one process at a time each),
 # runs/queue-code-COMMIT (the frozen code), runs/converged/queue.log. The converged table is published to
-# docs/results/converged-cpu.{md,json} and converged-curves.png after every row.
+# docs/results/converged-run2/converged-cpu.{md,json} and converged-curves.png after every row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,24 +50,17 @@ running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
   local reference=converged-baseline-s1
   # every En->De job lists the same rows, the pending ones too, in the table it publishes
-  local converged="--table converged --second-seed baseline,dyncomb --workdir $WORK --publish $ROOT/docs/results"
+  local converged="--table converged --second-seed baseline,dyncomb --workdir $WORK --publish $ROOT/docs/results/converged-run2"
   local paper_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
   local more_rows=continued-emrouting-encoder,continued-mudd,continued-dwa
-  local issue_rows=$paper_rows,$more_rows
-  local paper_protocol=$reference,$issue_rows
   echo "$converged --rows $reference"
-  echo "--table peers --systems baseline,dlcl,hc,mhc --second-seed '' --speed-json docs/results/speed-cpu-streams.json" \
-       "--workdir $RUNS/peers-streams --publish $ROOT/docs/results/streams"
-  # En->De: the Transformer's second seed continued (the protocol's noise) once the paper's rows have a reading,
-  # then the rest of the issue's rows and the residual-stream peers
-  echo "$converged --rows $paper_rows"
-  echo "$converged --rows continued-baseline-s2"
-  echo "$converged --rows $more_rows,continued-hc,continued-mhc"
-  echo "$converged --rows continued-dyncomb-s2"
+  echo "$converged --rows continued-baseline,continued-mudd,continued-dwa,continued-hc,continued-mhc"
+  echo "$converged --rows continued-baseline-s2,continued-dyncomb-s2"
+  echo "$converged --rows continued-linagg,continued-dyncomb,continued-emrouting,continued-emrouting-encoder"
   local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1
   echo "$converged --rows $from_scratch,converged-baseline-s2"
   echo "--table converged --source-lang zh --target-lang en --workdir $RUNS/converged-zhen" \
-       "--publish $ROOT/docs/results --rows $paper_protocol,$from_scratch"
+       "--publish $ROOT/docs/results --rows $reference,$paper_rows,$more_rows,$from_scratch"
   local peers=converged-dwa-s1,converged-depthattn-s1,converged-dlcl-s1,converged-hc-s1,converged-mhc-s1
   echo "$converged --rows $peers,converged-linagg-s1"
   echo "$converged"
@@ -129,12 +125,12 @@ case "${1:-status}" in
   jobs) jobs_of ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
-    for stages in "$WORK/stages.json" "$RUNS/peers-streams/stages.json" "$RUNS/converged-zhen/stages.json"; do
+    for stages in "$WORK/stages.json" "$RUNS/converged-zhen/stages.json"; do
       [[ -f $stages ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
 print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train ')))" "$stages"
     done
     # the rows training now in each work directory: update, validations, where they stop
-    for work in "$WORK" "$RUNS/peers-streams" "$RUNS/converged-zhen"; do
+    for work in "$WORK" "$RUNS/converged-zhen"; do
       [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.converged "$work"
     done
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5

@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     print("[main-job] significance ...", flush=True)
     compare(rows, results, lambda name: work / "translations" / f"{name}.txt", raw_refs, num_test, tokenize,
             details=False)
-    device = "GPU" if args.gpu else "CPU"
+    device = report.device_name(args.gpu)
     corpus_name = f"the bundled {tarball.name} corpus" if args.corpus is None else args.corpus
     signature = scoring.signatures(tokenize)
     caption = (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"

@@ -403,7 +403,7 @@ def main(argv=None) -> int:
     bleu_signature = "" if tokenize == BLEU.TOKENIZER_DEFAULT else f" BLEU tokenised with sacrebleu's {tokenize}."
 
     rows = rows_of(args)
-    device = "GPU" if args.gpu else "CPU"
+    device = report.device_name(args.gpu)
     if args.table == "converged":
         caption = (f"{test_split}; shape {args.shape}; <= {args.max_tokens} tokens per "
                    f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}."
