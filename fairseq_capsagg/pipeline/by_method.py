@@ -21,8 +21,10 @@ from . import fairseq_runs
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
 #: The En->De tables, in the order a row's first publication is taken from (the peers tables repeat
-#: Table 1's EM routing and Transformer rows).
-SOURCES = ("table1-cpu.json", "peers-cpu.json", "streams/peers-cpu.json", "converged-cpu.json")
+#: Table 1's EM routing and Transformer rows; the converged comparison's second run repeats the first's rows
+#: and scores the ones the first left pending).
+SOURCES = ("table1-cpu.json", "peers-cpu.json", "streams/peers-cpu.json", "converged-cpu.json",
+           "converged-run2/converged-cpu.json")
 
 
 @dataclass(frozen=True)
@@ -66,8 +68,8 @@ def method_of(name: str, protocol: str, seed: int) -> str:
 
 
 def read_entries(results_dir: Path) -> Tuple[List[Entry], Dict[str, Dict[str, object]]]:
-    """Every row of the published tables (the first publication of each name and protocol), and each table's
-    config by protocol."""
+    """Every row of the published tables (the first scored publication of each name and protocol, else the first
+    pending or failed one), and each table's config by protocol."""
     entries: Dict[Tuple[str, str], Entry] = {}
     configs: Dict[str, Dict[str, object]] = {}
     for source in SOURCES:
@@ -76,7 +78,8 @@ def read_entries(results_dir: Path) -> Tuple[List[Entry], Dict[str, Dict[str, ob
             continue
         payload = json.loads(path.read_text())
         for row in payload["rows"]:
-            if (row["name"], row["protocol"]) in entries:
+            known = entries.get((row["name"], row["protocol"]))
+            if known is not None and (known.result is not None or row["name"] not in payload["results"]):
                 continue
             configs.setdefault(row["protocol"], payload["config"])
             label = fairseq_runs.label(row["system"]).removeprefix("+ ")

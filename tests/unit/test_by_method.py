@@ -102,6 +102,27 @@ def test_a_row_measured_against_another_run_of_the_transformer_is_said_so(result
     assert "Dynamic Combination in" not in text
 
 
+def test_a_later_run_scores_what_an_earlier_left_pending_and_says_against_which_transformer(results_dir):
+    """The converged comparison's second run (another converged Transformer): its rows fill the first run's
+    pending and failed cells, each read against its own run's Transformer; a row both runs scored keeps the
+    first run's reading."""
+    publish(results_dir, "converged-run2/converged-cpu.json", CONVERGED, [
+        row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1"),
+        row("continued-dyncomb", "dyncomb", "continued", 1, "continued-baseline"),
+        row("continued-hc", "hc", "continued", 1, "continued-baseline"),
+        row("converged-dyncomb-s1", "dyncomb", "converged", 1, "converged-baseline-s1"),
+    ], {"continued-baseline": scored(28.81, average=scored(29.2)),
+        "continued-dyncomb": scored(28.9, 0.09, 0.3, average=scored(29.1, -0.1, 0.4)),
+        "continued-hc": scored(29.12, 0.31, 0.04, average=scored(29.5, 0.3, 0.03))})
+    text = by_method_table(results_dir)
+    rows = table_rows(text)
+    assert rows["Hyper-connections"] == ["+3.02†", "–", "+0.31*", "+0.30*", "–"]
+    assert rows["Dynamic Combination"][2:] == ["+0.17 / +0.05", "+0.24* / +0.17†", "pending"]
+    assert rows["Transformer: BLEU"][2] == "28.93"
+    assert ('Hyper-connections in "converged: +3,000 from the converged Transformer": against `continued-baseline` '
+            "of `converged-run2/converged-cpu.json` (BLEU 28.81).") in text
+
+
 def test_the_columns_and_their_updates_come_from_the_published_configs(results_dir):
     publish(results_dir, "converged-cpu.json", {**CONVERGED, "warm_updates": 5000}, [
         row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1")], {})
