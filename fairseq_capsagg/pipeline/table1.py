@@ -205,7 +205,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
-                   help="also write the tables as DIR/{table1,peers}-{cpu,gpu}.{md,json}")
+                   help="also write the tables as DIR/{table1,peers,converged}-{cpu,gpu}.{md,json}, unless the "
+                        "table there has results of rows this work directory has not scored (then it stays)")
     add_setup_flags(p)
     args = p.parse_args(argv)
     args.pair = (args.source_lang, args.target_lang)
@@ -466,20 +467,39 @@ def main(argv=None) -> int:
     return 0
 
 
+def unscored_here(published: Path, payload: Dict[str, object]) -> List[str]:
+    """The rows that the table published at ``published`` scored and that ``payload`` lists without a result:
+    what publishing ``payload`` over it would lose (a work directory lost with its machine, or replaced)."""
+    if not published.is_file():
+        return []
+    scored = json.loads(published.read_text()).get("results", {})
+    return [row["name"] for row in payload["rows"] if row["name"] in scored and row["name"] not in payload["results"]]
+
+
 def write_outputs(args: argparse.Namespace, table: str, payload: Dict[str, object], figures: List[Path] = ()) -> None:
     """The table as WORKDIR/{stem}.md and .json; with ``--publish DIR`` also DIR/{stem}-{cpu,gpu}.{md,json}
-    and the figures (a GPU figure gains the ``-gpu`` suffix)."""
+    and the figures (a GPU figure gains the ``-gpu`` suffix), unless the table published there has scored rows
+    that this one lists as not scored: then it stays as it is, and a line on stderr says why."""
     stem, device = pair_suffixed(TABLES[args.table], args.pair), "gpu" if args.gpu else "cpu"
     (args.workdir / f"{stem}.md").write_text(table)
     (args.workdir / f"{stem}.json").write_text(json.dumps(payload, indent=2))
-    if args.publish is not None:
-        args.publish.mkdir(parents=True, exist_ok=True)
-        for ext in ("md", "json"):
-            shutil.copy2(args.workdir / f"{stem}.{ext}", args.publish / f"{stem}-{device}.{ext}")
-        for figure in figures:
-            name = figure.name if device == "cpu" else f"{figure.stem}-gpu{figure.suffix}"
-            shutil.copy2(figure, args.publish / name)
     print(table)
+    if args.publish is None:
+        return
+    published = args.publish / f"{stem}-{device}.json"
+    lost = unscored_here(published, payload)
+    if lost:
+        print(f"table1: not published to {args.publish}: {published.name} there has results of {', '.join(lost)}, "
+              f"which {args.workdir} has not scored (a work directory lost with its machine, or replaced); the "
+              f"table is in {args.workdir / (stem + '.md')}; publish it elsewhere (--publish DIR) or move "
+              f"{published} away first", file=sys.stderr, flush=True)
+        return
+    args.publish.mkdir(parents=True, exist_ok=True)
+    for ext in ("md", "json"):
+        shutil.copy2(args.workdir / f"{stem}.{ext}", args.publish / f"{stem}-{device}.{ext}")
+    for figure in figures:
+        name = figure.name if device == "cpu" else f"{figure.stem}-gpu{figure.suffix}"
+        shutil.copy2(figure, args.publish / name)
 
 
 if __name__ == "__main__":

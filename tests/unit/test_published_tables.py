@@ -1,11 +1,14 @@
 """Published tables keep their format: each Markdown table in docs/results is what the Table 1 driver
-writes from the JSON published beside it (so a refactoring of the drivers cannot change them)."""
+writes from the JSON published beside it (so a refactoring of the drivers cannot change them); and no
+published result is lost to a later run that has not scored it."""
 
+import argparse
 import json
 from pathlib import Path
 
 import pytest
 
+from fairseq_capsagg.pipeline import table1
 from helpers import ROOT
 from published import converged_table, table1_table
 
@@ -31,3 +34,28 @@ def test_the_published_table_is_what_the_driver_writes_from_its_json(path, table
 def test_the_published_converged_tables_are_what_the_driver_writes_from_their_json(path):
     """Every converged table the queue has published (none before its first row is done)."""
     assert converged_table(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
+
+
+def test_a_table_is_not_published_over_results_it_has_not_scored(tmp_path, capsys):
+    """A work directory lost with its machine starts again with every row pending: its first report must not
+    replace the published table that holds the lost rows' results. It keeps its own copy, says on stderr which
+    rows and what to do, and publishes again once it has scored them (or no longer lists them)."""
+    args = argparse.Namespace(table="converged", pair=table1.PAIR, gpu=False, workdir=tmp_path / "work",
+                              publish=tmp_path / "published")
+    args.workdir.mkdir()
+    rows = [{"name": "converged-baseline-s1"}, {"name": "continued-baseline"}]
+    both = {"converged-baseline-s1": {"bleu": 29.0}, "continued-baseline": {"bleu": 28.93}}
+    table1.write_outputs(args, "both scored\n", {"rows": rows, "results": both})
+    published = args.publish / "converged-cpu.json"
+    assert json.loads(published.read_text())["results"] == both
+
+    table1.write_outputs(args, "one pending\n", {"rows": rows, "results": {"converged-baseline-s1": {"bleu": 28.8}}})
+    err = capsys.readouterr().err
+    assert "not published to" in err and "continued-baseline" in err and "--publish DIR" in err
+    assert json.loads(published.read_text())["results"] == both
+    assert (args.publish / "converged-cpu.md").read_text() == "both scored\n"
+    assert (args.workdir / "converged.md").read_text() == "one pending\n"
+
+    table1.write_outputs(args, "one row\n", {"rows": rows[:1], "results": {"converged-baseline-s1": {"bleu": 28.8}}})
+    assert (args.publish / "converged-cpu.md").read_text() == "one row\n"
+    assert capsys.readouterr().err == ""
