@@ -79,18 +79,19 @@ case "${1:-status}" in
     mkdir -p "$WORK"
     echo "$commit" > "$WORK/queue.commit"
     echo "[queue] $(date -u +%FT%TZ) start from $code" >> "$WORK/queue.log"
-    # PYTHONPATH puts the frozen package before the checkout's editable install; set -m gives the queue its
+    # PYTHONPATH puts the frozen package before the checkout's editable install, CAPSAGG_CODE_COMMIT names it in
+    # every row's training record (a git archive has no history to read it from); set -m gives the queue its
     # own process group (pgid = pid), which pause/resume/stop signal with the trainings it starts. A job that
     # fails is logged and the next one runs, so the cores keep training until someone looks
     (set -m; cd "$code" && nohup bash -c '
       failed=0
       while IFS= read -r job; do
         echo "[queue] $(date -u +%FT%TZ) job: capsagg-table1 $job"
-        eval "PYTHONPATH=$0 $1 -m fairseq_capsagg.pipeline.table1 $job" || {
+        eval "PYTHONPATH=$0 CAPSAGG_CODE_COMMIT=$2 $1 -m fairseq_capsagg.pipeline.table1 $job" || {
           rc=$?; failed=$((failed + 1))
           echo "[queue] $(date -u +%FT%TZ) job failed (exit $rc), the next one runs: capsagg-table1 $job"; }
       done
-      echo "[queue] $(date -u +%FT%TZ) every job ran, $failed failed"' "$code" "$PYTHON" < <(jobs_of) >> "$WORK/queue.log" 2>&1 &
+      echo "[queue] $(date -u +%FT%TZ) every job ran, $failed failed"' "$code" "$PYTHON" "$commit" < <(jobs_of) >> "$WORK/queue.log" 2>&1 &
       echo $! > "$PIDFILE")
     echo "started (pid $(cat "$PIDFILE"), code $commit); log: $WORK/queue.log"
     ;;

@@ -36,7 +36,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import convergence, fairseq_runs, length_penalty, report
+from . import convergence, fairseq_runs, length_penalty, provenance, report
 from .experiment import Stages
 from .rows import Row, compare, score_cells, score_row, tune_row
 from .warm_starts import step0_losses
@@ -191,7 +191,8 @@ class ConvergedTable:
                     "lr": hp["lr"], "idle_updates_per_s": convergence.idle_speed([s["ups"] for s in stretches]),
                     "grad_norm": statistics.fmean(s["gnorm"] for s in stretches),
                     "clip_percent": statistics.fmean(s["clip"] for s in stretches),
-                    "load_average": mean_load(self.load_log, start, time.time()) or round(os.getloadavg()[0], 2)}
+                    "load_average": mean_load(self.load_log, start, time.time()) or round(os.getloadavg()[0], 2),
+                    **provenance.provenance(self.args.gpu)}
 
         return self.stages.run(f"train {row.name}", run, save_dir / "checkpoint_best.pt")
 
@@ -413,6 +414,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         "training alone on 2 cores). Scores of hypotheses and references: log-probability per token, base 2, as "
         "fairseq prints them; a search error is a sentence whose reference the model scores above the hypothesis "
         "beam search returned.")
+    trained_by = provenance.format_provenance(results)
+    if trained_by:
+        out += [""] + trained_by
     untranslated = report.format_untranslated(results)
     if untranslated:
         out += ["", untranslated]

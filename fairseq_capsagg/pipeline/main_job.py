@@ -24,7 +24,7 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import fairseq_runs, report, subwords
+from . import fairseq_runs, provenance, report, subwords
 from .data import prepare_data, references, unpack_corpus
 from .experiment import WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_row
@@ -170,7 +170,7 @@ def main(argv=None) -> int:
     print("[main-job] significance ...", flush=True)
     compare(rows, results, lambda name: work / "translations" / f"{name}.txt", raw_refs, num_test, tokenize,
             details=False)
-    device = report.device_name(args.gpu)
+    device = provenance.device_name(args.gpu)
     corpus_name = f"the bundled {tarball.name} corpus" if args.corpus is None else args.corpus
     signature = scoring.signatures(tokenize)
     caption = (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"

@@ -1,8 +1,6 @@
 """The results table in the form of the paper's Table 1 (Markdown and JSON)."""
 
 import json
-import os
-import platform
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -24,19 +22,6 @@ def count_checkpoint_parameters(checkpoint: Path) -> int:
             seen.add(key)
             total += tensor.numel()
     return total
-
-
-def device_name(gpu: bool) -> str:
-    """The device a table was measured on, for its caption: ``GPU (NVIDIA H200)``, ``CPU (AMD EPYC, AVX512
-    kernels, 2 cores)``. PyTorch's CPU kernels, and with them the last digits of every sum, depend on the vector
-    width they dispatch to: trainings of one row on two machines need not agree."""
-    if gpu:
-        return f"GPU ({torch.cuda.get_device_name()})" if torch.cuda.is_available() else "GPU"
-    cpuinfo = Path("/proc/cpuinfo")
-    lines = cpuinfo.read_text().splitlines() if cpuinfo.is_file() else []
-    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
-                 platform.processor() or platform.machine())
-    return f"CPU ({model}, {torch.backends.cpu.get_cpu_capability()} kernels, {os.cpu_count()} cores)"
 
 
 def format_markdown(rows: List[Dict[str, object]], caption: str) -> str:

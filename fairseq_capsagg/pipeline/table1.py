@@ -50,7 +50,7 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, fairseq_runs, length_penalty, reference_pack, report
+from . import converged, fairseq_runs, length_penalty, provenance, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_cells, score_row, tune_row
@@ -301,7 +301,7 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
         return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
                 "target_tokens_per_s": summary["wps"], "train_seconds": summary["train_wall"],
                 "grad_norm": summary["gnorm"], "clip_percent": summary["clip"],
-                "load_average": os.getloadavg()[2]}
+                "load_average": os.getloadavg()[2], **provenance.provenance(args.gpu)}
 
     return stages.run(f"train {row.name}", run, save_dir / "checkpoint_last.pt")
 
@@ -360,6 +360,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                "cross-entropy on the validation split at the end of training, bits per target token (fairseq's log; "
                "`valid` in the JSON also has the nll). updates/s is wall-clock "
                "on this machine; `load_average` in the JSON says whether the CPU was shared while a row trained.")
+    trained_by = provenance.format_provenance(results)
+    if trained_by:
+        out += [""] + trained_by
     untranslated = report.format_untranslated(results)
     if untranslated:
         out += ["", untranslated]
@@ -404,7 +407,7 @@ def main(argv=None) -> int:
     bleu_signature = "" if tokenize == BLEU.TOKENIZER_DEFAULT else f" BLEU tokenised with sacrebleu's {tokenize}."
 
     rows = rows_of(args)
-    device = report.device_name(args.gpu)
+    device = provenance.device_name(args.gpu)
     if args.table == "converged":
         caption = (f"{test_split}; shape {args.shape}; <= {args.max_tokens} tokens per "
                    f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}."

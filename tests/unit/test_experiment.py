@@ -1,11 +1,10 @@
 """What every driver shares: one process per work directory, a work directory of one configuration, the
-one --quick mode, the tables' note on sentences scored as empty, the device a caption names."""
+one --quick mode, the tables' note on sentences scored as empty."""
 
 import argparse
 import os
 
 import pytest
-import torch
 
 from fairseq_capsagg.pipeline import report
 from fairseq_capsagg.pipeline.experiment import (
@@ -52,16 +51,3 @@ def test_a_table_names_the_sentences_it_scores_as_empty_and_the_rows_that_do():
     some = report.format_untranslated({"a": {"untranslated_ids": [5]}, "b": {"untranslated_ids": []},
                                        "c": {"untranslated_ids": [7]}})
     assert some.endswith(": 5 in `a`; 7 in `c`.")
-
-
-def test_a_cpu_table_names_the_cpu_and_the_kernels_it_ran(monkeypatch):
-    """Trainings of one row on two CPUs part (their kernels sum in another order): a caption says which CPU,
-    which kernels PyTorch dispatched to and how many cores; a GPU caption names the GPU where there is one."""
-    name = report.device_name(gpu=False)
-    assert name.startswith("CPU (") and name.endswith(f", {os.cpu_count()} cores)")
-    assert f", {torch.backends.cpu.get_cpu_capability()} kernels," in name
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert report.device_name(gpu=True) == "GPU"
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda: "NVIDIA H200")
-    assert report.device_name(gpu=True) == "GPU (NVIDIA H200)"
