@@ -51,7 +51,8 @@ def code_commit(checkout: Path = CHECKOUT) -> str:
 
 
 def provenance(gpu: bool) -> Dict[str, str]:
-    """``{"code": code_commit(), "device": device_name(gpu)}``: recorded with a row's training."""
+    """``{"code": code_commit(), "device": device_name(gpu)}``: recorded with a row's training when it ends, so
+    the code of its last segment (the queue is restarted on new commits only where training is unchanged)."""
     return {"code": code_commit(), "device": device_name(gpu)}
 
 
