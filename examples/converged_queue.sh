@@ -42,6 +42,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 RUNS=$ROOT/runs
 WORK=$RUNS/converged
+PUBLISHED=$ROOT/docs/results/converged-run2  # the second run's tables (the first run's stay in docs/results)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 PIDFILE=$WORK/queue.pid
 
@@ -50,7 +51,7 @@ running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
   local reference=converged-baseline-s1
   # every En->De job lists the same rows, the pending ones too, in the table it publishes
-  local converged="--table converged --second-seed baseline,dyncomb --workdir $WORK --publish $ROOT/docs/results/converged-run2"
+  local converged="--table converged --second-seed baseline,dyncomb --workdir $WORK --publish $PUBLISHED"
   local paper_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
   local more_rows=continued-emrouting-encoder,continued-mudd,continued-dwa
   echo "$converged --rows $reference"
@@ -70,6 +71,11 @@ case "${1:-status}" in
   start)
     if running; then echo "the queue is running already (pid $(cat "$PIDFILE"))"; exit 0; fi
     if [[ ! -x $PYTHON ]]; then echo "$PYTHON does not exist: run make setup first (or set PYTHON)" >&2; exit 2; fi
+    if [[ ! -f $WORK/stages.json && -f $PUBLISHED/converged-cpu.json ]]; then
+      echo "warning: $WORK has no stage done, yet $PUBLISHED holds scored rows: a new machine (runs/ lost)?" \
+           "The queue trains from its first row again and will not publish over those rows (capsagg-table1's" \
+           "--publish keeps a table's scored rows); to publish a new run, give its jobs another folder (PUBLISHED, above)." >&2
+    fi
     current=$(cat "$WORK/queue.commit" 2>/dev/null || true)
     commit=$(git rev-parse --short "${2:-${current:-HEAD}}")
     code=$RUNS/queue-code-$commit

@@ -1,5 +1,6 @@
 """examples/converged_queue.sh start: the queue runs every job, in order, from a frozen copy of the commit it
-names, and every row it trains records that commit (a git archive has no history of its own)."""
+names, and every row it trains records that commit (a git archive has no history of its own); on a machine
+that lost runs/ it says so before training from the first row again."""
 
 import shutil
 import subprocess
@@ -8,34 +9,60 @@ import time
 from helpers import ROOT
 
 
-def test_the_queue_runs_its_jobs_from_the_frozen_commit_it_names(tmp_path):
+def queue_checkout(tmp_path, published_run=False):
+    """A git checkout holding the queue's script (and, with ``published_run``, a published second-run table),
+    and an environment whose interpreter only records what each job ran with; returns the script, the
+    commit, the environment and the file of recorded calls."""
     checkout = tmp_path / "checkout"
     (checkout / "examples").mkdir(parents=True)
     shutil.copy2(ROOT / "examples" / "converged_queue.sh", checkout / "examples")
     (checkout / "marker.txt").write_text("committed\n")
+    if published_run:
+        (checkout / "docs" / "results" / "converged-run2").mkdir(parents=True)
+        (checkout / "docs" / "results" / "converged-run2" / "converged-cpu.json").write_text('{"results": {}}')
     for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"]):
         subprocess.run(["git", "-C", str(checkout), *command], check=True, capture_output=True)
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], check=True,
                             capture_output=True, text=True).stdout.strip()
     (checkout / "marker.txt").write_text("edited after the commit\n")  # the frozen copy must not see it
     calls = tmp_path / "calls.txt"
-    python = tmp_path / "python"  # stands in for the interpreter: records what each job ran with
+    python = tmp_path / "python"
     python.write_text(f'#!/usr/bin/env bash\necho "$PYTHONPATH|$CAPSAGG_CODE_COMMIT|$(cat marker.txt)|$*" >> {calls}\n')
     python.chmod(0o755)
-    script = checkout / "examples" / "converged_queue.sh"
     env = {"PATH": "/usr/bin:/bin", "PYTHON": str(python), "HOME": str(tmp_path)}
+    return checkout / "examples" / "converged_queue.sh", commit, env, calls
+
+
+def start_and_wait(script, commit, env):
+    """``start COMMIT``, then the queue's log once every job has run (the stand-in interpreter returns at once)."""
     started = subprocess.run(["bash", str(script), "start", commit], capture_output=True, text=True, env=env,
                              timeout=60)
     assert started.returncode == 0, started.stderr
-    log = checkout / "runs" / "converged" / "queue.log"
+    log = script.parents[1] / "runs" / "converged" / "queue.log"
     deadline = time.time() + 60
     while "every job ran" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
         time.sleep(0.2)
-    assert "every job ran, 0 failed" in log.read_text()
+    return started, log.read_text()
+
+
+def test_the_queue_runs_its_jobs_from_the_frozen_commit_it_names(tmp_path):
+    script, commit, env, calls = queue_checkout(tmp_path)
+    started, log = start_and_wait(script, commit, env)
+    assert "every job ran, 0 failed" in log and "warning" not in started.stderr
     jobs = subprocess.run(["bash", str(script), "jobs"], capture_output=True, text=True, env=env,
                           check=True).stdout.splitlines()
-    frozen = checkout / "runs" / f"queue-code-{commit}"
+    runs = script.parents[1] / "runs"
     recorded = [line.split("|") for line in calls.read_text().splitlines()]
     assert [args for _, _, _, args in recorded] == [f"-m fairseq_capsagg.pipeline.table1 {job}" for job in jobs]
-    assert {(path, code, marker) for path, code, marker, _ in recorded} == {(str(frozen), commit, "committed")}
-    assert (checkout / "runs" / "converged" / "queue.commit").read_text().strip() == commit
+    assert {(path, code, marker) for path, code, marker, _ in recorded} == {
+        (str(runs / f"queue-code-{commit}"), commit, "committed")}
+    assert (runs / "converged" / "queue.commit").read_text().strip() == commit
+
+
+def test_a_queue_started_without_its_runs_beside_a_published_run_says_so(tmp_path):
+    """A new machine: runs/ is empty while the run's table holds scored rows. The queue still starts (its
+    reports cannot replace those rows), and one warning says what happened and what to do."""
+    script, commit, env, _ = queue_checkout(tmp_path, published_run=True)
+    started, log = start_and_wait(script, commit, env)
+    assert "every job ran, 0 failed" in log
+    assert started.stderr.count("warning: ") == 1 and "a new machine (runs/ lost)?" in started.stderr
