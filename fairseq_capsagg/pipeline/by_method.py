@@ -7,7 +7,6 @@ converged comparison): the README's by-method table is this output (tested to ma
 the page's ``<!-- by-method:begin/end -->`` markers.
 """
 
-import argparse
 import json
 from collections import Counter
 from dataclasses import dataclass
@@ -15,7 +14,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 from ..analysis.scoring import significance_mark
-from ..tools.markdown_block import write_block
+from ..tools.markdown_block import block_cli
 from . import fairseq_runs
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
@@ -186,15 +185,7 @@ def by_method_table(results_dir: Path = RESULTS) -> str:
 
 
 def cli_main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(prog="by_method", description=__doc__.splitlines()[0])
-    parser.add_argument("--results", type=Path, default=RESULTS, help="the published tables' folder")
-    parser.add_argument("--write", type=Path, default=None, help="replace the by-method table of this Markdown file")
-    args = parser.parse_args(argv)
-    table = by_method_table(args.results)
-    if args.write:
-        write_block(args.write, "by-method", table)
-    else:
-        print(table, end="")
+    block_cli("by-method", __doc__.splitlines()[0], by_method_table, RESULTS, argv)
 
 
 if __name__ == "__main__":

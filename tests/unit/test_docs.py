@@ -1,5 +1,6 @@
-"""The README and docs/: the results table reads what the JSON it cites says, the by-method table is what
-the published JSON say, the flags table is the parser's, and every local link points at a file that exists."""
+"""The README and docs/: the results table reads what the JSON it cites says, the by-method and replication
+tables are what the published JSON say, the flags table is the parser's, and every local link points at a file
+that exists."""
 
 import json
 import re
@@ -7,6 +8,7 @@ import re
 import pytest
 
 from fairseq_capsagg.pipeline.by_method import by_method_table
+from fairseq_capsagg.pipeline.replication import replication_table
 from fairseq_capsagg.tools.flags import flags_table
 from fairseq_capsagg.tools.markdown_block import find_block
 from helpers import ROOT
@@ -17,7 +19,7 @@ DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 def block(name: str, text: str = None) -> str:
     match = find_block(README.read_text(encoding="utf-8") if text is None else text, name)
-    assert match, f"README has no {name} block"
+    assert match, f"no {name} block"
     return match.group(2)
 
 
@@ -69,6 +71,11 @@ def test_a_number_its_json_does_not_say_is_caught(old, new):
 def test_the_by_method_table_is_what_the_published_json_say():
     """Regenerate with ``python -m fairseq_capsagg.pipeline.by_method --write README.md`` after a row publishes."""
     assert block("by-method") == by_method_table()
+
+
+def test_the_replication_table_is_what_the_two_runs_published():
+    """Regenerate with ``python -m fairseq_capsagg.pipeline.replication --write docs/results.md``."""
+    assert block("replication", (ROOT / "docs" / "results.md").read_text(encoding="utf-8")) == replication_table()
 
 
 def test_the_flags_table_is_the_parsers():

@@ -1,0 +1,56 @@
+"""The converged comparison's two runs side by side, read from published tables written here."""
+
+import json
+
+from fairseq_capsagg.pipeline.replication import RUNS, cli_main, replication_table
+from fairseq_capsagg.tools.markdown_block import read_block
+
+
+def scored(loss, bleu, delta=None, p=None, average=(0.0, None, None), search=0.04):
+    result = {"best_loss": loss, "bleu": bleu, "references": {"search_error_share": search},
+              "average": {"bleu": average[0]}}
+    if delta is not None:
+        result.update(delta_bleu=delta, bootstrap_p=p)
+    if average[1] is not None:
+        result["average"].update(delta_bleu=average[1], bootstrap_p=average[2])
+    return result
+
+
+def publish(folder, name, rows, results):
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": [{"name": row} for row in rows], "results": results}))
+
+
+ROWS = ["converged-baseline-s1", "continued-baseline", "continued-linagg", "continued-mudd"]
+
+
+def test_rows_both_runs_scored_stand_side_by_side_in_the_first_runs_order(tmp_path):
+    publish(tmp_path, RUNS[0], ROWS, {
+        "continued-linagg": scored(4.540, 29.03, 0.10, 0.229, (29.37, -0.03, 0.316), 0.042),
+        "converged-baseline-s1": scored(4.565, 29.0, average=(28.98, None, None), search=0.049),
+        "continued-baseline": scored(4.542, 28.93, -0.07, 0.28, (29.40, 0.42, 0.012), 0.042)})
+    publish(tmp_path, RUNS[1], ROWS, {
+        "converged-baseline-s1": scored(4.561, 29.21, average=(29.1, None, None), search=0.047),
+        "continued-linagg": scored(4.538, 29.3, 0.05, 0.3, (29.5, 0.01, 0.45), 0.04),
+        "continued-mudd": scored(4.53, 29.4, 0.15, 0.1)})
+    lines = replication_table(tmp_path).splitlines()
+    assert lines[2:] == [
+        "| converged-baseline-s1 | 4.565 / 4.561 | 29.00 / 29.21 | – / – | 28.98 / 29.10 | – / – | 4.9% / 4.7% |",
+        "| continued-linagg | 4.540 / 4.538 | 29.03 / 29.30 | +0.10 (0.229) / +0.05 (0.300) | 29.37 / 29.50 "
+        "| −0.03 (0.316) / +0.01 (0.450) | 4.2% / 4.0% |"]
+
+
+def test_without_a_row_in_both_runs_the_table_says_what_is_missing(tmp_path):
+    assert replication_table(tmp_path) == f"No table of the second run yet (`{RUNS[1]}`).\n"
+    publish(tmp_path, RUNS[0], ROWS, {"continued-linagg": scored(4.54, 29.03, 0.1, 0.2)})
+    publish(tmp_path, RUNS[1], ROWS, {"converged-baseline-s1": scored(4.56, 29.2)})
+    assert replication_table(tmp_path) == "No row is scored by both runs yet.\n"
+
+
+def test_the_cli_writes_the_table_between_its_markers_only(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text("before\n<!-- replication:begin -->\nold\n<!-- replication:end -->\nafter\n")
+    cli_main(["--results", str(tmp_path), "--write", str(page)])
+    assert read_block(page, "replication") == replication_table(tmp_path)
+    assert page.read_text().startswith("before\n") and page.read_text().endswith("end -->\nafter\n")
