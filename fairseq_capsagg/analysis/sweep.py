@@ -27,7 +27,7 @@ def model_args(param: str, value: str) -> List[str]:
     try:
         return SWEEPS[param](value)
     except KeyError:
-        raise ValueError(f"--values: {value!r} is not a value of {param} (side takes encoder, decoder, both)")
+        raise ValueError(f"--values: {value!r} is not a value of {param} (side takes encoder, decoder, both)") from None
 
 
 def run(args) -> Dict[str, object]:

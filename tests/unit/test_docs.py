@@ -1,6 +1,6 @@
 """The README and docs/: the results table reads what the JSON it cites says, the by-method and replication
-tables are what the published JSON say, the flags table is the parser's, and every local link points at a file
-that exists."""
+tables are what the published JSON say, the flags table is the parser's, and every local link and every file of
+the repository they name exists."""
 
 import json
 import re
@@ -15,6 +15,10 @@ from helpers import ROOT
 
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+#: A path into the repository's code as the pages write it (``tests/unit/test_docs.py``, ``examples/table1.py``).
+REPOSITORY_PATH = re.compile(r"\b(?:fairseq_capsagg|tests|examples|benchmarks|data)/[\w./-]*\.(?:py|sh)\b")
+#: docs/extending.md's worked example: the file a reader adds (tests/integration/test_extending.py writes it to a copy).
+WORKED_EXAMPLE = "fairseq_capsagg/aggregators/layer_mean.py"
 
 
 def block(name: str, text: str = None) -> str:
@@ -86,4 +90,14 @@ def test_the_flags_table_is_the_parsers():
 def test_local_links_point_at_files(page):
     links = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8"))
     missing = [link for link in links if not link.startswith("http") and not (page.parent / link).exists()]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("page", [*DOCS, *sorted((ROOT / "tests" / "data").rglob("README.md"))],
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_the_files_a_page_names_exist(page):
+    """The pages name the tests and modules behind what they say; a moved file must not leave them pointing
+    nowhere (the split into tests/unit and tests/integration once did)."""
+    named = set(REPOSITORY_PATH.findall(page.read_text(encoding="utf-8"))) - {WORKED_EXAMPLE}
+    missing = [path for path in sorted(named) if not (ROOT / path).exists()]
     assert not missing, missing
