@@ -451,7 +451,7 @@ def progress(workdir: Path) -> List[str]:
     """One line for each row of ``workdir`` that has started training and not finished: its last logged
     update and speed, its validations, and the earliest update at which it stops (what
     ``examples/converged_queue.sh status`` prints). In a work directory of the converged comparison a row
-    from scratch stops by its rule; in one of the other tables (Table 1, the peers) at its ``--max-update``."""
+    from scratch stops by its rule (the time to its cap said too); in one of the other tables (Table 1, the peers) at its ``--max-update``."""
     config = json.loads((workdir / "config.json").read_text())
     done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
     converged_rule = "validate_interval_updates" in config
@@ -476,19 +476,27 @@ def progress(workdir: Path) -> List[str]:
             target = config["warm_updates"]
         else:
             best = min(curve, key=lambda point: point["loss"], default={"update": 0})
-            target, unless = rule.target(best["update"]), f" unless a later validation is better (cap {rule.cap})"
+            target = rule.target(best["update"])
+            cap_in = duration(rule.cap - update, ups)
+            unless = f" unless a later validation is better (cap {rule.cap}{cap_in and ', in ' + cap_in})"
         stop = f"stops at {target}{time_left(target - update, ups)}{unless}"
         validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
         lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}")
     return lines
 
 
-def time_left(updates: int, updates_per_s: float) -> str:
-    """`` (in about 25 min)`` or `` (in about 2.5 h)``: ``updates`` at ``updates_per_s``; empty without a speed."""
+def duration(updates: int, updates_per_s: float) -> str:
+    """``about 25 min`` or ``about 2.5 h``: ``updates`` at ``updates_per_s``; empty without a speed."""
     if updates_per_s <= 0 or updates <= 0:
         return ""
     minutes = updates / updates_per_s / 60
-    return f" (in about {minutes:.0f} min)" if minutes < 90 else f" (in about {minutes / 60:.1f} h)"
+    return f"about {minutes:.0f} min" if minutes < 90 else f"about {minutes / 60:.1f} h"
+
+
+def time_left(updates: int, updates_per_s: float) -> str:
+    """`` (in about 25 min)``, or empty without a speed (:func:`duration`)."""
+    left = duration(updates, updates_per_s)
+    return f" (in {left})" if left else ""
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -366,7 +366,7 @@ def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
     assert sorted(converged.progress(tmp_path)) == [
         f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40 (in about 2 min)",
         f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 (in about 3 min) "
-        "unless a later validation is better (cap 100)"]
+        "unless a later validation is better (cap 100, in about 7 min)"]
 
 
 def test_the_progress_of_rows_of_fixed_length_is_read_from_their_logs(tmp_path):
