@@ -138,7 +138,7 @@ print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train '))
     done
     # the rows training now in each work directory: update, validations, where they stop
     for work in "$WORK" "$RUNS/converged-zhen"; do
-      [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.converged "$work"
+      [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$work"
     done
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;

@@ -20,10 +20,17 @@ BIN = Path(sys.executable).parent
 MAIN_JOB = ROOT / "examples" / "main_job.py"
 TABLE1 = ROOT / "examples" / "table1.py"
 
+#: Two logged stretches and validations of a ``fairseq-train`` run (updates 10 and 20), as fairseq writes them.
+TRAIN_LOG = """\
+2026-11-27 08:38:59 | INFO | train_inner | epoch 001:     10 / 51 loss=9.934, nll_loss=9.858, ppl=928.24, wps=224.6, ups=0.17, wpb=1331.9, bsz=52.8, num_updates=10, lr=0.002, gnorm=1.337, clip=60, train_wall=59, wall=60
+2026-11-27 08:39:04 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.336 | nll_loss 9.201 | ppl 588.37 | wps 442.9 | wpb 1146 | bsz 28 | num_updates 10
+2026-11-27 08:39:55 | INFO | train_inner | epoch 001:     20 / 51 loss=8.973, nll_loss=8.769, ppl=436.18, wps=246.3, ups=0.18, wpb=1386.7, bsz=44.8, num_updates=20, lr=1.41421e-03, gnorm=0.465, clip=0, train_wall=51, wall=116
+2026-11-27 08:40:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.066 | nll_loss 8.837 | ppl 457.46 | wps 410 | wpb 1146 | bsz 28 | num_updates 20 | best_loss 9.066
+"""
+
 #: Every ``transformer_{family}_{shape}`` family.
 FAMILIES = list(families())
 
-#: The tiny shape of the command-line tests (``train``).
 #: The tiny shape of fairseq's own ``transformer`` (``VANILLA_TINY``) and of the plugin's models (``TINY``).
 VANILLA_TINY = ["--encoder-embed-dim", "32", "--decoder-embed-dim", "32", "--encoder-ffn-embed-dim", "64",
                 "--decoder-ffn-embed-dim", "64", "--encoder-layers", "3", "--decoder-layers", "3"]

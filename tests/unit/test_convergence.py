@@ -18,7 +18,7 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
 
 from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs, reference_pack, table1
 from fairseq_capsagg.pipeline.experiment import Stages
-from helpers import ROOT, build_tiny_model
+from helpers import ROOT, TRAIN_LOG, build_tiny_model
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
 CURVE = {u: loss for u, loss in zip(range(10, 400, 10), [
@@ -112,19 +112,11 @@ def test_fairseq_validates_and_saves_on_the_update_grid_only():
     assert pairs["--keep-interval-updates"] == str(convergence.AVERAGED)
 
 
-LOG = """\
-2026-11-27 08:38:59 | INFO | train_inner | epoch 001:     10 / 51 loss=9.934, nll_loss=9.858, ppl=928.24, wps=224.6, ups=0.17, wpb=1331.9, bsz=52.8, num_updates=10, lr=0.002, gnorm=1.337, clip=60, train_wall=59, wall=60
-2026-11-27 08:39:04 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.336 | nll_loss 9.201 | ppl 588.37 | wps 442.9 | wpb 1146 | bsz 28 | num_updates 10
-2026-11-27 08:39:55 | INFO | train_inner | epoch 001:     20 / 51 loss=8.973, nll_loss=8.769, ppl=436.18, wps=246.3, ups=0.18, wpb=1386.7, bsz=44.8, num_updates=20, lr=1.41421e-03, gnorm=0.465, clip=0, train_wall=51, wall=116
-2026-11-27 08:40:01 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 9.066 | nll_loss 8.837 | ppl 457.46 | wps 410 | wpb 1146 | bsz 28 | num_updates 20 | best_loss 9.066
-"""
-
-
 def test_curves_and_speeds_are_read_from_every_segment(tmp_path):
     first, resumed = tmp_path / "from-0.log", tmp_path / "from-10.log"
-    first.write_text(LOG)
+    first.write_text(TRAIN_LOG)
     # the resumed segment validated update 20 again (the first was killed after validating, before saving)
-    resumed.write_text(LOG.splitlines()[3].replace("loss 9.066", "loss 9.065") + "\n")
+    resumed.write_text(TRAIN_LOG.splitlines()[3].replace("loss 9.066", "loss 9.065") + "\n")
     curve = convergence.validation_curve([first, resumed])
     assert curve == [{"update": 10, "loss": 9.336, "nll_loss": 9.201}, {"update": 20, "loss": 9.065, "nll_loss": 8.837}]
     stretches = convergence.train_stretches([first, resumed])
@@ -350,52 +342,6 @@ def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_plac
     assert len(reports) == 2  # after the row, at the end
     assert set(reports[0]) == {converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-dyncomb",
                                "continued-baseline-s2"}
-
-
-def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
-    """What the queue's status prints: each unfinished row's update, validations and where its rule stops it;
-    finished rows are left to the table."""
-    (tmp_path / "config.json").write_text(json.dumps({"validate_interval_updates": 10, "patience_updates": 30,
-                                                      "update_cap": 100, "warm_updates": 40}))
-    (tmp_path / "stages.json").write_text(json.dumps({"train converged-mudd-s1": {}}))
-    for name in ("converged-mudd-s1", "converged-baseline-s1", "continued-dyncomb"):
-        (tmp_path / "logs" / f"train-{name}").mkdir(parents=True)
-        (tmp_path / "logs" / f"train-{name}" / "from-0.log").write_text(LOG)
-    (tmp_path / "logs" / "train-converged-dwa-s1").mkdir()  # made, nothing logged yet
-    validations = "validation loss 9.336 at 10, 9.066 at 20"
-    assert sorted(converged.progress(tmp_path)) == [
-        f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40 (in about 2 min)",
-        f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 (in about 3 min) "
-        "unless a later validation is better (cap 100, in about 7 min)"]
-
-
-def test_the_progress_of_rows_of_fixed_length_is_read_from_their_logs(tmp_path):
-    """In a work directory of Table 1 or the peers (one log per row, no stop rule): each unfinished row's
-    update and the ``--max-update`` its log names; finished rows are left to the table."""
-    (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
-    (tmp_path / "stages.json").write_text(json.dumps({"train scratch-baseline-s1": {}}))
-    (tmp_path / "logs").mkdir()
-    arguments = "2026-11-27 08:38:00 | INFO | fairseq_cli.train | {'optimization': {'max_update': 60, 'lr': [0.002]}}\n"
-    for name in ("scratch-baseline-s1", "time-hc-s1"):
-        (tmp_path / "logs" / f"train-{name}.log").write_text(arguments + LOG)
-    assert converged.progress(tmp_path) == [
-        "time-hc-s1: update 20 (0.18 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
-        "stops at 60 (in about 4 min)"]
-
-
-@pytest.mark.parametrize("updates,ups,said", [(3000, 1.0, " (in about 50 min)"), (9000, 1.0, " (in about 2.5 h)"),
-                                              (100, 0.0, ""), (0, 1.0, "")])
-def test_the_time_left_is_said_in_minutes_then_hours(updates, ups, said):
-    assert converged.time_left(updates, ups) == said
-
-
-def test_the_progress_command_refuses_a_directory_that_is_not_a_work_directory(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        converged.main([str(tmp_path)])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1] == (
-        f"python -m fairseq_capsagg.pipeline.converged: error: {tmp_path} is not a work directory of "
-        "capsagg-table1 (no config.json)")
 
 
 def write_manifest(pack, **config):

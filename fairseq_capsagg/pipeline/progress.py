@@ -1,0 +1,84 @@
+"""The progress of the rows in training of a ``capsagg-table1`` work directory (any ``--table``), read from
+their fairseq logs: what ``examples/converged_queue.sh status`` prints, and
+``python -m fairseq_capsagg.pipeline.progress WORKDIR``."""
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from .convergence import StopRule, train_stretches, validation_curve
+from .converged import SECOND_SEED, converged_rows, segment_logs
+from .fairseq_runs import systems
+
+_MAX_UPDATE = re.compile(r"'max_update': (\d+)")
+
+
+def progress(workdir: Path) -> List[str]:
+    """One line for each row of ``workdir`` that has started training and not finished: its last logged
+    update and speed, its validations, and the earliest update at which it stops. In a work directory of the
+    converged comparison a row from scratch stops by its rule (the time to its cap said too), a continued row
+    after ``--warm-updates``; in one of the other tables (Table 1, the peers) at its ``--max-update``."""
+    config = json.loads((workdir / "config.json").read_text())
+    done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
+    converged_rule = "validate_interval_updates" in config
+    if converged_rule:
+        rule = StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
+        protocols = {row.name: row.protocol for row in converged_rows(systems(), SECOND_SEED)}
+    lines = []
+    for log_path in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
+        name = log_path.name[len("train-"):].removesuffix(".log")
+        logs = segment_logs(log_path) if log_path.is_dir() else [log_path]
+        if f"train {name}" in done or not logs:
+            continue
+        stretches, curve = train_stretches(logs), validation_curve(logs)
+        update = int(stretches[-1]["num_updates"]) if stretches else 0
+        ups = stretches[-1]["ups"] if stretches else 0.0
+        speed = f" ({ups:.2f} updates/s lately)" if stretches else ""
+        unless = ""
+        if not converged_rule:
+            target = int(_MAX_UPDATE.search(logs[-1].read_text(encoding="utf-8", errors="replace")).group(1))
+        elif protocols.get(name) == "continued":
+            target = config["warm_updates"]
+        else:
+            best = min(curve, key=lambda point: point["loss"], default={"update": 0})
+            target = rule.target(best["update"])
+            cap_in = duration(rule.cap - update, ups)
+            unless = f" unless a later validation is better (cap {rule.cap}{cap_in and ', in ' + cap_in})"
+        stop = f"stops at {target}{time_left(target - update, ups)}{unless}"
+        validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
+        lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}")
+    return lines
+
+
+def duration(updates: int, updates_per_s: float) -> str:
+    """``about 25 min`` or ``about 2.5 h``: ``updates`` at ``updates_per_s``; empty without a speed."""
+    if updates_per_s <= 0 or updates <= 0:
+        return ""
+    minutes = updates / updates_per_s / 60
+    return f"about {minutes:.0f} min" if minutes < 90 else f"about {minutes / 60:.1f} h"
+
+
+def time_left(updates: int, updates_per_s: float) -> str:
+    """`` (in about 25 min)``, or empty without a speed (:func:`duration`)."""
+    left = duration(updates, updates_per_s)
+    return f" (in {left})" if left else ""
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m fairseq_capsagg.pipeline.progress",
+        description="the progress of the rows in training of a capsagg-table1 work directory")
+    parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 (any --table)")
+    args = parser.parse_args(argv)
+    if not (args.workdir / "config.json").is_file():
+        parser.error(f"{args.workdir} is not a work directory of capsagg-table1 (no config.json)")
+    for line in progress(args.workdir):
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

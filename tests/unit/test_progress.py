@@ -1,0 +1,55 @@
+"""What the queue's ``status`` prints (fairseq_capsagg.pipeline.progress): each unfinished row's update, speed,
+validations and where it stops, read from its fairseq logs."""
+
+import json
+
+import pytest
+
+from fairseq_capsagg.pipeline import progress
+from helpers import TRAIN_LOG
+
+
+def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
+    """What the queue's status prints: each unfinished row's update, validations and where its rule stops it;
+    finished rows are left to the table."""
+    (tmp_path / "config.json").write_text(json.dumps({"validate_interval_updates": 10, "patience_updates": 30,
+                                                      "update_cap": 100, "warm_updates": 40}))
+    (tmp_path / "stages.json").write_text(json.dumps({"train converged-mudd-s1": {}}))
+    for name in ("converged-mudd-s1", "converged-baseline-s1", "continued-dyncomb"):
+        (tmp_path / "logs" / f"train-{name}").mkdir(parents=True)
+        (tmp_path / "logs" / f"train-{name}" / "from-0.log").write_text(TRAIN_LOG)
+    (tmp_path / "logs" / "train-converged-dwa-s1").mkdir()  # made, nothing logged yet
+    validations = "validation loss 9.336 at 10, 9.066 at 20"
+    assert sorted(progress.progress(tmp_path)) == [
+        f"continued-dyncomb: update 20 (0.18 updates/s lately); {validations}; stops at 40 (in about 2 min)",
+        f"converged-baseline-s1: update 20 (0.18 updates/s lately); {validations}; stops at 50 (in about 3 min) "
+        "unless a later validation is better (cap 100, in about 7 min)"]
+
+
+def test_the_progress_of_rows_of_fixed_length_is_read_from_their_logs(tmp_path):
+    """In a work directory of Table 1 or the peers (one log per row, no stop rule): each unfinished row's
+    update and the ``--max-update`` its log names; finished rows are left to the table."""
+    (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
+    (tmp_path / "stages.json").write_text(json.dumps({"train scratch-baseline-s1": {}}))
+    (tmp_path / "logs").mkdir()
+    arguments = "2026-11-27 08:38:00 | INFO | fairseq_cli.train | {'optimization': {'max_update': 60, 'lr': [0.002]}}\n"
+    for name in ("scratch-baseline-s1", "time-hc-s1"):
+        (tmp_path / "logs" / f"train-{name}.log").write_text(arguments + TRAIN_LOG)
+    assert progress.progress(tmp_path) == [
+        "time-hc-s1: update 20 (0.18 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
+        "stops at 60 (in about 4 min)"]
+
+
+@pytest.mark.parametrize("updates,ups,said", [(3000, 1.0, " (in about 50 min)"), (9000, 1.0, " (in about 2.5 h)"),
+                                              (100, 0.0, ""), (0, 1.0, "")])
+def test_the_time_left_is_said_in_minutes_then_hours(updates, ups, said):
+    assert progress.time_left(updates, ups) == said
+
+
+def test_the_progress_command_refuses_a_directory_that_is_not_a_work_directory(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        progress.main([str(tmp_path)])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m fairseq_capsagg.pipeline.progress: error: {tmp_path} is not a work directory of "
+        "capsagg-table1 (no config.json)")
