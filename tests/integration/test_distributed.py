@@ -13,8 +13,6 @@ from fairseq_capsagg import USER_DIR
 from helpers import SUPPORT, TINY
 
 
-
-
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

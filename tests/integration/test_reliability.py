@@ -25,8 +25,6 @@ ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, 
         "--num-workers", "0", "--seed", "2", "--log-format", "simple", "--log-interval", "1"]
 
 
-
-
 def start(data, save_dir, stall=None, marker=None):
     """Starts fairseq-train; with ``stall=(phase, n)`` its n-th checkpoint save or copy hangs half-way."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")

@@ -14,8 +14,6 @@ from fairseq_capsagg.analysis import scoring
 from fairseq_capsagg.analysis.scoring import bleu_tokenizer, corpus_scores, signatures
 
 
-
-
 def test_scoring_and_subwords_fit_the_script():
     assert bleu_tokenizer("zh") == "zh" and bleu_tokenizer("en") == bleu_tokenizer("de") == "13a"
     assert "tok:zh" in signatures("zh")["bleu"] and "tok:13a" in signatures("13a")["bleu"]
