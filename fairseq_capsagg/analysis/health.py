@@ -49,7 +49,6 @@ from ..tools.arguments import check_checkpoint, check_data_bin
 from .agreement import AgreementAccumulator, routing_modules
 
 
-
 def parse_model_args(arch: str, data: str, extra: Sequence[str] = (), vanilla: bool = False) -> argparse.Namespace:
     """The training arguments of ``arch``; with ``vanilla``, of the same shape with both sides
     unaggregated (and so without a ramp or per-layer norms)."""

@@ -8,7 +8,6 @@ from helpers import FAMILIES, TINY_CORPUS, run_tool, train
 from fairseq_capsagg import USER_DIR
 
 
-
 @pytest.mark.parametrize("family", FAMILIES)
 def test_preprocess_train_generate_interactive(family, tiny_data_bin, tmp_path):
     arch = f"transformer_{family}_small"

@@ -15,7 +15,6 @@ from fairseq_capsagg.pipeline.subwords import encode_corpus, learn, subword_mode
 from helpers import ROOT, TINY_CORPUS, run_tool, train
 
 
-
 @pytest.fixture(scope="module")
 def tiny_sentencepiece_model(tmp_path_factory):
     """A tiny corpus in sentencepiece subwords, binarised, and EM routing trained for 3 updates on it;

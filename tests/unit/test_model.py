@@ -119,7 +119,6 @@ def test_impossible_settings_are_refused_before_building(extra, pattern):
         build_tiny_model("transformer_emrouting_base", extra)
 
 
-
 @pytest.mark.parametrize(
     "arch,extra,ignored",
     [
