@@ -132,11 +132,7 @@ case "${1:-status}" in
   jobs) jobs_of ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
-    for stages in "$WORK/stages.json" "$RUNS/converged-zhen/stages.json"; do
-      [[ -f $stages ]] && "$PYTHON" -c "import json,sys; d=json.load(open(sys.argv[1])); \
-print(sys.argv[1] + ': ' + ', '.join(k[6:] for k in d if k.startswith('train ')))" "$stages"
-    done
-    # the rows training now in each work directory: update, validations, where they stop
+    # each work directory's rows trained, and the rows training now: update, validations, where they stop
     for work in "$WORK" "$RUNS/converged-zhen"; do
       [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$work"
     done

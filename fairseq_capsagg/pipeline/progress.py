@@ -1,6 +1,6 @@
-"""The progress of the rows in training of a ``capsagg-table1`` work directory (any ``--table``), read from
-their fairseq logs: what ``examples/converged_queue.sh status`` prints, and
-``python -m fairseq_capsagg.pipeline.progress WORKDIR``."""
+"""The progress of a ``capsagg-table1`` work directory (any ``--table``): the rows trained, and each row in
+training read from its fairseq logs; what ``examples/converged_queue.sh status`` prints for each work directory
+(``python -m fairseq_capsagg.pipeline.progress WORKDIR``)."""
 
 import argparse
 import json
@@ -16,13 +16,19 @@ from .fairseq_runs import systems
 _MAX_UPDATE = re.compile(r"'max_update': (\d+)")
 
 
+def trained(workdir: Path) -> List[str]:
+    """The rows of ``workdir`` whose training has finished, in the order they finished."""
+    done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
+    return [stage[len("train "):] for stage in done if stage.startswith("train ")]
+
+
 def progress(workdir: Path) -> List[str]:
     """One line for each row of ``workdir`` that has started training and not finished: its last logged
     update and speed, its validations, and the earliest update at which it stops. In a work directory of the
     converged comparison a row from scratch stops by its rule (the time to its cap said too), a continued row
     after ``--warm-updates``; in one of the other tables (Table 1, the peers) at its ``--max-update``."""
     config = json.loads((workdir / "config.json").read_text())
-    done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
+    done = set(trained(workdir))
     converged_rule = "validate_interval_updates" in config
     if converged_rule:
         rule = StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
@@ -31,7 +37,7 @@ def progress(workdir: Path) -> List[str]:
     for log_path in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
         name = log_path.name[len("train-"):].removesuffix(".log")
         logs = segment_logs(log_path) if log_path.is_dir() else [log_path]
-        if f"train {name}" in done or not logs:
+        if name in done or not logs:
             continue
         stretches, curve = train_stretches(logs), validation_curve(logs)
         update = int(stretches[-1]["num_updates"]) if stretches else 0
@@ -75,6 +81,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if not (args.workdir / "config.json").is_file():
         parser.error(f"{args.workdir} is not a work directory of capsagg-table1 (no config.json)")
+    print(f"{args.workdir}: rows trained: {', '.join(trained(args.workdir)) or 'none yet'}")
     for line in progress(args.workdir):
         print(line)
     return 0

@@ -1,5 +1,5 @@
-"""What the queue's ``status`` prints (fairseq_capsagg.pipeline.progress): each unfinished row's update, speed,
-validations and where it stops, read from its fairseq logs."""
+"""What the queue's ``status`` prints (fairseq_capsagg.pipeline.progress): the rows trained, and each unfinished
+row's update, speed, validations and where it stops, read from its fairseq logs."""
 
 import json
 
@@ -7,6 +7,9 @@ import pytest
 
 from fairseq_capsagg.pipeline import progress
 from helpers import TRAIN_LOG
+
+#: The arguments line of a fairseq-train log of a row of fixed length (Table 1, the peers).
+MAX_UPDATE_60 = "2026-11-27 08:38:00 | INFO | fairseq_cli.train | {'optimization': {'max_update': 60, 'lr': [0.002]}}\n"
 
 
 def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
@@ -32,9 +35,8 @@ def test_the_progress_of_rows_of_fixed_length_is_read_from_their_logs(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
     (tmp_path / "stages.json").write_text(json.dumps({"train scratch-baseline-s1": {}}))
     (tmp_path / "logs").mkdir()
-    arguments = "2026-11-27 08:38:00 | INFO | fairseq_cli.train | {'optimization': {'max_update': 60, 'lr': [0.002]}}\n"
     for name in ("scratch-baseline-s1", "time-hc-s1"):
-        (tmp_path / "logs" / f"train-{name}.log").write_text(arguments + TRAIN_LOG)
+        (tmp_path / "logs" / f"train-{name}.log").write_text(MAX_UPDATE_60 + TRAIN_LOG)
     assert progress.progress(tmp_path) == [
         "time-hc-s1: update 20 (0.18 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
         "stops at 60 (in about 4 min)"]
@@ -53,3 +55,18 @@ def test_the_progress_command_refuses_a_directory_that_is_not_a_work_directory(t
     assert capsys.readouterr().err.splitlines()[-1] == (
         f"python -m fairseq_capsagg.pipeline.progress: error: {tmp_path} is not a work directory of "
         "capsagg-table1 (no config.json)")
+
+
+def test_the_progress_command_names_the_rows_trained_then_the_rows_training(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
+    progress.main([str(tmp_path)])  # nothing started yet
+    assert capsys.readouterr().out == f"{tmp_path}: rows trained: none yet\n"
+    (tmp_path / "stages.json").write_text(json.dumps({"corpus": {}, "train scratch-baseline-s1": {},
+                                                      "translate scratch-baseline-s1": {}, "train warm-linagg": {}}))
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "train-time-hc-s1.log").write_text(MAX_UPDATE_60 + TRAIN_LOG)
+    progress.main([str(tmp_path)])
+    assert capsys.readouterr().out.splitlines() == [
+        f"{tmp_path}: rows trained: scratch-baseline-s1, warm-linagg",
+        "time-hc-s1: update 20 (0.18 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
+        "stops at 60 (in about 4 min)"]
