@@ -37,14 +37,27 @@ def search_errors(references: Dict[str, object]) -> str:
     return f"{100 * references['search_error_share']:.1f}%"
 
 
+def curve_gap(first: Dict[str, object], second: Dict[str, object]) -> str:
+    """``0.016 (1000, 60)``: the largest difference between the two runs' validation losses of a row, the update
+    it falls on and how many validations both runs logged; "–" when they share none. The same row trained
+    twice on the same data, settings and seed differs only by the machine's arithmetic (docs/results.md)."""
+    first_curve = {point["update"]: point["loss"] for point in first.get("curve", [])}
+    common = [(abs(point["loss"] - first_curve[point["update"]]), point["update"])
+              for point in second.get("curve", []) if point["update"] in first_curve]
+    if not common:
+        return "–"
+    gap, update = max(common)
+    return f"{gap:.3f} ({update}, {len(common)})"
+
+
 def both(first: Dict[str, object], second: Dict[str, object], cell: Callable[[Dict[str, object]], str]) -> str:
     """One measure of one row: ``first run / second run``."""
     return f"{cell(first)} / {cell(second)}"
 
 
 def replication_table(results_dir: Path = RESULTS) -> str:
-    """| row | each measure as "first run / second run" |, in the first run's row order; a line saying what is
-    missing while no row is scored by both."""
+    """| row | each measure as "first run / second run" | how far apart the validation curves are |, in the first
+    run's row order; a line saying what is missing while no row is scored by both."""
     paths = [results_dir / run for run in RUNS]
     if not all(path.is_file() for path in paths):
         return f"No table of the second run yet (`{RUNS[1]}`).\n"
@@ -54,12 +67,13 @@ def replication_table(results_dir: Path = RESULTS) -> str:
     if not names:
         return "No row is scored by both runs yet.\n"
     lines = ["| row | best valid loss | BLEU | Δ BLEU (bootstrap p) | last 5 averaged: BLEU | Δ BLEU (bootstrap p) "
-             "| search errors |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| search errors | validation curves: largest gap (update, validations compared) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name in names:
         a, b = first[name], second[name]
         cells = [both(a, b, loss), both(a, b, bleu), both(a, b, delta), both(a["average"], b["average"], bleu),
-                 both(a["average"], b["average"], delta), both(a["references"], b["references"], search_errors)]
+                 both(a["average"], b["average"], delta), both(a["references"], b["references"], search_errors),
+                 curve_gap(a, b)]
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 

@@ -6,9 +6,9 @@ from fairseq_capsagg.pipeline.replication import RUNS, cli_main, replication_tab
 from fairseq_capsagg.tools.markdown_block import read_block
 
 
-def scored(loss, bleu, delta=None, p=None, average=(0.0, None, None), search=0.04):
+def scored(loss, bleu, delta=None, p=None, average=(0.0, None, None), search=0.04, curve=()):
     result = {"best_loss": loss, "bleu": bleu, "references": {"search_error_share": search},
-              "average": {"bleu": average[0]}}
+              "average": {"bleu": average[0]}, "curve": [{"update": u, "loss": v} for u, v in curve]}
     if delta is not None:
         result.update(delta_bleu=delta, bootstrap_p=p)
     if average[1] is not None:
@@ -28,17 +28,21 @@ ROWS = ["converged-baseline-s1", "continued-baseline", "continued-linagg", "cont
 def test_rows_both_runs_scored_stand_side_by_side_in_the_first_runs_order(tmp_path):
     publish(tmp_path, RUNS[0], ROWS, {
         "continued-linagg": scored(4.540, 29.03, 0.10, 0.229, (29.37, -0.03, 0.316), 0.042),
-        "converged-baseline-s1": scored(4.565, 29.0, average=(28.98, None, None), search=0.049),
+        "converged-baseline-s1": scored(4.565, 29.0, average=(28.98, None, None), search=0.049,
+                                        curve=[(500, 8.384), (1000, 7.085), (1500, 6.478)]),
         "continued-baseline": scored(4.542, 28.93, -0.07, 0.28, (29.40, 0.42, 0.012), 0.042)})
     publish(tmp_path, RUNS[1], ROWS, {
-        "converged-baseline-s1": scored(4.561, 29.21, average=(29.1, None, None), search=0.047),
+        # the second run validated one update more (2000) and its largest gap is the second validation's
+        "converged-baseline-s1": scored(4.561, 29.21, average=(29.1, None, None), search=0.047,
+                                        curve=[(500, 8.388), (1000, 7.101), (1500, 6.475), (2000, 6.103)]),
         "continued-linagg": scored(4.538, 29.3, 0.05, 0.3, (29.5, 0.01, 0.45), 0.04),
         "continued-mudd": scored(4.53, 29.4, 0.15, 0.1)})
     lines = replication_table(tmp_path).splitlines()
     assert lines[2:] == [
-        "| converged-baseline-s1 | 4.565 / 4.561 | 29.00 / 29.21 | – / – | 28.98 / 29.10 | – / – | 4.9% / 4.7% |",
+        "| converged-baseline-s1 | 4.565 / 4.561 | 29.00 / 29.21 | – / – | 28.98 / 29.10 | – / – | 4.9% / 4.7% "
+        "| 0.016 (1000, 3) |",
         "| continued-linagg | 4.540 / 4.538 | 29.03 / 29.30 | +0.10 (0.229) / +0.05 (0.300) | 29.37 / 29.50 "
-        "| −0.03 (0.316) / +0.01 (0.450) | 4.2% / 4.0% |"]
+        "| −0.03 (0.316) / +0.01 (0.450) | 4.2% / 4.0% | – |"]
 
 
 def test_without_a_row_in_both_runs_the_table_says_what_is_missing(tmp_path):
