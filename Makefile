@@ -15,7 +15,7 @@ $(STAMP): setup.py requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip wheel setuptools
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q cython numpy
+	$(PIP) install -q cython numpy -c requirements.txt
 	$(PIP) install -q --no-deps --no-build-isolation fairseq-fixed==0.12.3.1
 	$(PIP) install -q -r requirements.txt
 	$(PIP) install -q --no-deps --no-build-isolation -e .
