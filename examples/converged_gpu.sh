@@ -6,6 +6,10 @@
 #   examples/converged_gpu.sh wheels        # here: the wheels the GPU machine lacks, into .whl/ (ignored)
 #   examples/converged_gpu.sh pack [WORK]   # here: the converged Transformer of WORK (runs/converged) into
 #                                           #   .gpu-reference/ (ignored, about 20 MB)
+#   examples/converged_gpu.sh snapshot [WORK] [flags]  # here, before WORK's Transformer has converged: its
+#                                           #   best checkpoint so far frozen into runs/converged-snapshot, scored
+#                                           #   there (capsagg-table1 with WORK's flags) and packed; marked
+#                                           #   "(snapshot)" in every table
 #   examples/converged_gpu.sh packed        # whether a pack is there (exit status)
 #   examples/converged_gpu.sh run           # on the GPU machine (the device tool: carry .whl and .gpu-reference)
 #   examples/converged_gpu.sh run --quick   # the same rows in minutes on a CPU (how it is tested)
@@ -43,6 +47,15 @@ case "${1:-}" in
   pack)
     "$PYTHON" -m fairseq_capsagg.pipeline.reference_pack "${2:-runs/converged}" "$PACK"
     ;;
+  snapshot)
+    work=${2:-runs/converged} snapshot=${SNAPSHOT:-runs/converged-snapshot}
+    shift $(($# < 2 ? $# : 2))
+    "$PYTHON" -m fairseq_capsagg.pipeline.snapshot "$work" "$snapshot"
+    # the rows `run` continues on the GPU: their step-0 losses only
+    "$PYTHON" -m fairseq_capsagg.pipeline.table1 --table converged --workdir "$snapshot" \
+      --systems baseline,emrouting,dyncomb,mudd --rows converged-baseline-s1 "$@" > "$snapshot/score.log"
+    "$PYTHON" -m fairseq_capsagg.pipeline.reference_pack "$snapshot" "$PACK"
+    ;;
   packed)  # exit status 0 when a pack is there for `run`
     packed
     ;;
@@ -62,5 +75,6 @@ case "${1:-}" in
       --validate-interval-updates 250 --patience-updates 1000 --update-cap 4000 --warm-updates 500 \
       --publish "${OUT:-docs/results}" "$@"
     ;;
-  *) echo "usage: $0 wheels | pack [WORKDIR] | packed | run [--quick] [capsagg-table1 flags]" >&2; exit 2 ;;
+  *) echo "usage: $0 wheels | pack [WORKDIR] | snapshot [WORKDIR] [capsagg-table1 flags] | packed |" \
+          "run [--quick] [capsagg-table1 flags]" >&2; exit 2 ;;
 esac

@@ -125,6 +125,20 @@ def segment_logs(log_dir: Path) -> List[Path]:
     return sorted(log_dir.glob("from-*.log"), key=lambda p: int(p.stem.split("-")[1]))
 
 
+def training_record(progress: Dict[str, object], log_dir: Path, converged: bool, lr: float,
+                    load_average: Optional[float], trained_by: Dict[str, str]) -> Dict[str, object]:
+    """What a row's training measured, as its stage records it: ``progress``
+    (:func:`~.convergence.on_disk`), whether the stop rule ended it, its learning rate, its idle speed,
+    gradient norm and share of clipped updates from its logs in ``log_dir``, the mean load while it trained
+    (the load now without samples) and ``trained_by`` (:func:`~.provenance.provenance`)."""
+    stretches = convergence.train_stretches(segment_logs(log_dir))
+    return {**progress, "converged": converged, "lr": lr,
+            "idle_updates_per_s": convergence.idle_speed([s["ups"] for s in stretches]),
+            "grad_norm": statistics.fmean(s["gnorm"] for s in stretches),
+            "clip_percent": statistics.fmean(s["clip"] for s in stretches),
+            "load_average": load_average or round(os.getloadavg()[0], 2), **trained_by}
+
+
 class ConvergedTable:
     """Trains, scores and reports the rows of the converged comparison in ``args.workdir``."""
 
@@ -182,14 +196,9 @@ class ConvergedTable:
         def run() -> Dict[str, object]:
             start = time.time()
             progress = convergence.train_in_segments(segment, save_dir, target)
-            logs = segment_logs(log_dir)
-            stretches = convergence.train_stretches(logs)
-            return {**progress, "converged": self.rule.converged(progress["best_update"], progress["stopped_at"]),
-                    "lr": hp["lr"], "idle_updates_per_s": convergence.idle_speed([s["ups"] for s in stretches]),
-                    "grad_norm": statistics.fmean(s["gnorm"] for s in stretches),
-                    "clip_percent": statistics.fmean(s["clip"] for s in stretches),
-                    "load_average": mean_load(self.load_log, start, time.time()) or round(os.getloadavg()[0], 2),
-                    **provenance.provenance(self.args.gpu)}
+            converged = self.rule.converged(progress["best_update"], progress["stopped_at"])
+            return training_record(progress, log_dir, converged, hp["lr"], mean_load(self.load_log, start, time.time()),
+                                   provenance.provenance(self.args.gpu))
 
         return self.stages.run(f"train {row.name}", run, save_dir / "checkpoint_best.pt")
 
@@ -316,6 +325,15 @@ def compute_equivalence(rows: List[Row], results: Dict[str, Dict[str, object]]) 
     return equivalence
 
 
+def stop_note(result: Dict[str, object], protocol: str) -> str:
+    """How a row from scratch ended, after its update count: `` (snapshot)`` (frozen while still training,
+    :mod:`.snapshot`), `` (cap)`` (stopped by ``--update-cap``), or nothing (converged; continued rows train a
+    fixed number of updates)."""
+    if result.get("snapshot"):
+        return " (snapshot)"
+    return "" if result["converged"] or protocol == "continued" else " (cap)"
+
+
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equivalence, caption: str,
                   args: argparse.Namespace, failures: Optional[Dict[str, str]] = None,
                   step0: Optional[Dict[str, Dict[str, float]]] = None) -> str:
@@ -351,7 +369,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
                 out.append(f"| {row.name} | {label(row)} | {row.seed} | {state} |" + "  |" * 11)
                 continue
             params = f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res else f"{res['delta_params'] / 1e6:+.2f}M"
-            stop = f"{res['stopped_at']}" + ("" if res["converged"] or protocol == "continued" else " (cap)")
+            stop = f"{res['stopped_at']}" + stop_note(res, protocol)
             load = "–" if res.get("load_average") is None else f"{res['load_average']:.1f}"
             out.append(f"| {row.name} | {label(row)} | {row.seed} | {stop} | {res['best_update']} "
                        f"| {res['best_loss']:.3f} | {params} | {res['idle_updates_per_s']:.2f} | {load} "
@@ -411,6 +429,10 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         "training alone on 2 cores). Scores of hypotheses and references: log-probability per token, base 2, as "
         "fairseq prints them; a search error is a sentence whose reference the model scores above the hypothesis "
         "beam search returned.")
+    frozen = [f"`{name}` at update {res['stopped_at']}" for name, res in results.items() if res.get("snapshot")]
+    if frozen:
+        out += ["", f"\"(snapshot)\": frozen while its rule had not stopped it ({', '.join(frozen)}; "
+                    "`python -m fairseq_capsagg.pipeline.snapshot`): not converged, its best checkpoint of then."]
     trained_by = provenance.format_provenance(results)
     if trained_by:
         out += [""] + trained_by

@@ -83,16 +83,22 @@ def train_in_segments(train_segment: Callable[[int, int], None], save_dir: Path,
         ToolFailed: a segment failed, or ended without saving past where it started.
     """
     while True:
-        last, best = save_dir / "checkpoint_last.pt", save_dir / "checkpoint_best.pt"
-        current = checkpoint_updates(last)[0] if last.exists() else 0
-        best_update, best_loss = checkpoint_updates(best) if best.exists() else (0, None)
-        if current >= target(best_update):
-            return {"stopped_at": current, "best_update": best_update,
-                    "best_loss": None if best_loss is None else float(best_loss)}
-        before = current
-        train_segment(current, target(best_update))
+        progress = on_disk(save_dir)
+        if progress["stopped_at"] >= target(progress["best_update"]):
+            return progress
+        before, last = progress["stopped_at"], save_dir / "checkpoint_last.pt"
+        train_segment(before, target(progress["best_update"]))
         if not last.exists() or checkpoint_updates(last)[0] <= before:
             raise ToolFailed(f"fairseq-train ended without saving past update {before} in {save_dir}")
+
+
+def on_disk(save_dir: Path) -> Dict[str, object]:
+    """Where the run saving to ``save_dir`` stands: ``stopped_at`` (the update of its last checkpoint, 0
+    before any), ``best_update`` and ``best_loss`` (bits, that of its best checkpoint; 0 and None before any)."""
+    last, best = save_dir / "checkpoint_last.pt", save_dir / "checkpoint_best.pt"
+    best_update, best_loss = checkpoint_updates(best) if best.exists() else (0, None)
+    return {"stopped_at": checkpoint_updates(last)[0] if last.exists() else 0, "best_update": best_update,
+            "best_loss": None if best_loss is None else float(best_loss)}
 
 
 _VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+) .*\| num_updates (\d+)")

@@ -4,12 +4,13 @@ stop rule in segments, continued rows from the converged best checkpoint, the pu
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
 import pytest
 
-from fairseq_capsagg.pipeline import reference_pack
+from fairseq_capsagg.pipeline import reference_pack, snapshot
 from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import ROOT, table1
 from published import converged_table
@@ -206,3 +207,55 @@ def test_the_gpu_command_imports_the_packed_transformer(quick_converged, tmp_pat
     assert payload["config"]["reference_from"] == str((tmp_path / "pack").resolve())
     assert re.search(r"\| continued-emrouting \| [^|]+ \| \d \| pending \|", (tmp_path / "out" / "converged-cpu.md")
                      .read_text())
+
+
+def still_training(workdir, dest):
+    """A copy of the quick converged work directory as it was before its Transformer's rule stopped it:
+    checkpoints and logs on disk, its training not recorded as done."""
+    shutil.copytree(workdir, dest)
+    stages = json.loads((dest / "stages.json").read_text())
+    (dest / "stages.json").write_text(json.dumps({k: v for k, v in stages.items() if k in snapshot.DATA_STAGES}))
+    return dest
+
+
+def test_a_transformer_still_training_is_scored_and_packed_as_a_snapshot(quick_converged, tmp_path):
+    """examples/converged_gpu.sh snapshot: the Transformer's best checkpoint so far, frozen, scored as a converged
+    row is (the same checkpoint, the same BLEU) and packed; the importing table marks it "(snapshot)"."""
+    workdir, publish, _ = quick_converged
+    training = still_training(workdir, tmp_path / "training")
+    env = dict(gpu_command_env(tmp_path), PACK=str(tmp_path / "pack"), SNAPSHOT=str(tmp_path / "snapshot"))
+    script = str(ROOT / "examples" / "converged_gpu.sh")
+    made = subprocess.run(["bash", script, "snapshot", str(training), "--quick"], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert json.loads((training / "stages.json").read_text()).keys() == set(snapshot.DATA_STAGES)  # untouched
+    source = json.loads((publish / "converged-cpu.json").read_text())["results"]["converged-baseline-s1"]
+    frozen = json.loads((tmp_path / "snapshot" / "converged.json").read_text())["results"]["converged-baseline-s1"]
+    assert frozen["snapshot"] is True and frozen["converged"] is False
+    for key in ("stopped_at", "best_update", "best_loss", "bleu", "chrf", "curve"):
+        assert frozen[key] == source[key], key
+    assert frozen["average"]["updates"] == source["average"]["updates"]
+    assert subprocess.run(["bash", script, "packed"], env=env).returncode == 0
+    result = subprocess.run(["bash", script, "run", "--quick", "--report-only"], capture_output=True, text=True,
+                            env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    table = (tmp_path / "out" / "converged-cpu.md").read_text()
+    assert f"| converged-baseline-s1 | Transformer | 1 | {source['stopped_at']} (snapshot) |" in table
+    assert f"frozen while its rule had not stopped it (`converged-baseline-s1` at update {source['stopped_at']};" \
+           in table
+
+
+def test_a_snapshot_refuses_a_finished_run_and_a_taken_destination(quick_converged, tmp_path):
+    workdir, _, _ = quick_converged
+    with pytest.raises(snapshot.SnapshotError, match="has finished training; score and pack .* itself"):
+        snapshot.freeze(workdir, tmp_path / "a")
+    training = still_training(workdir, tmp_path / "training")
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(snapshot.SnapshotError, match="exists; a snapshot goes into a new work directory"):
+        snapshot.freeze(training, tmp_path / "taken")
+    shutil.rmtree(training / "checkpoints")
+    result = subprocess.run([sys.executable, "-m", "fairseq_capsagg.pipeline.snapshot", str(training),
+                             str(tmp_path / "b")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "snapshot: error: " in result.stderr and "has no checkpoint yet (no checkpoint_best.pt)" in result.stderr
+    assert not (tmp_path / "b").exists()
