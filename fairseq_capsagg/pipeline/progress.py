@@ -5,6 +5,7 @@ training read from its fairseq logs; what ``examples/converged_queue.sh status``
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -14,6 +15,8 @@ from .converged import SECOND_SEED, converged_rows, segment_logs
 from .fairseq_runs import systems
 
 _MAX_UPDATE = re.compile(r"'max_update': (\d+)")
+#: How many of the last logged stretches the speed is the median of.
+RECENT = 5
 
 
 def trained(workdir: Path) -> List[str]:
@@ -41,7 +44,7 @@ def progress(workdir: Path) -> List[str]:
             continue
         stretches, curve = train_stretches(logs), validation_curve(logs)
         update = int(stretches[-1]["num_updates"]) if stretches else 0
-        ups = stretches[-1]["ups"] if stretches else 0.0
+        ups = recent_speed(stretches)
         speed = f" ({ups:.2f} updates/s lately)" if stretches else ""
         unless = ""
         if not converged_rule:
@@ -57,6 +60,12 @@ def progress(workdir: Path) -> List[str]:
         validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
         lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}")
     return lines
+
+
+def recent_speed(stretches: Sequence[dict]) -> float:
+    """Updates per second lately: the median of the last :data:`RECENT` logged stretches, so that one stretch
+    that shared the cores (tests, a pause of the queue) does not swing the time estimates; 0 without any."""
+    return statistics.median(s["ups"] for s in stretches[-RECENT:]) if stretches else 0.0
 
 
 def duration(updates: int, updates_per_s: float) -> str:
