@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The paper's protocol on one GPU in about 6 minutes: EM routing, the dynamic combination and MUDD (and the
-# Transformer continued) trained on from the Transformer that the CPU queue trained to convergence, with
-# 4x larger batches, every row scored as on the CPU.
+# The paper's protocol on one GPU: EM routing, the dynamic combination and MUDD (and the Transformer
+# continued) trained on from the Transformer that the CPU queue trained to convergence, with 4x larger
+# batches, every row scored as on the CPU. Measured on an H200 (2026-11-28): 40 s for the import and the
+# step-0 losses, then about 3 minutes a row (500 updates in 100 s, its three decodings of the test split in
+# 85 s), so `LIMIT=480` scores two continued rows; ROWS=... (capsagg-table1 --rows) picks the rows of a run.
 #
 #   examples/converged_gpu.sh wheels        # here: the wheels the GPU machine lacks, into .whl/ (ignored)
 #   examples/converged_gpu.sh pack [WORK]   # here: the converged Transformer of WORK (runs/converged) into
@@ -28,7 +30,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
 PACK=${PACK:-.gpu-reference}
-ROWS=converged-baseline-s1,continued-baseline,continued-emrouting,continued-dyncomb,continued-mudd
+ROWS=${ROWS:-converged-baseline-s1,continued-baseline,continued-emrouting,continued-dyncomb,continued-mudd}
 # The GPU machine's Python (3.12) has torch, sentencepiece, sacrebleu, scipy, scikit-learn and matplotlib.
 WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 subword-nmt==0.3.8
         mock==5.2.0 tensorboardX==2.6.5)

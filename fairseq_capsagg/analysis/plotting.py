@@ -73,20 +73,21 @@ def plot_series(x_labels: Sequence[str], series: Dict[str, Sequence[float]], pat
 
 
 def plot_validation_curves(curves: Dict[str, Dict[str, Tuple[Sequence[float], Sequence[float]]]], path: Path,
-                           target: Optional[float] = None) -> None:
+                           target: Optional[float] = None, reference: str = "converged Transformer") -> None:
     """Validation loss curves, one panel per x axis: ``curves[axis][name] = (x, loss)`` for the axes
     ``updates`` and ``seconds`` (rows from scratch) and ``continued`` (further updates of warm starts);
-    ``target``, when given, is drawn as a dashed line (the converged Transformer's best loss)."""
+    ``target``, when given, is drawn as a dashed line (the best loss of ``reference``, where the warm starts
+    start)."""
     titles = {"updates": ("from scratch", "updates"),
               "seconds": ("from scratch", "seconds of training at idle speed"),
-              "continued": ("continued from the converged Transformer", "further updates")}
+              "continued": (f"continued from the {reference}", "further updates")}
     axes_used = [axis for axis in titles if curves.get(axis)]
     fig, axes = plt.subplots(1, max(1, len(axes_used)), figsize=(5.5 * max(1, len(axes_used)), 4.5), squeeze=False)
     for ax, axis in zip(axes[0], axes_used):
         for name, (x, loss) in curves[axis].items():
             ax.plot(x, loss, marker=".", linewidth=1, label=name)
         if target is not None and axis != "continued":
-            ax.axhline(target, color="black", linestyle="--", linewidth=0.8, label=f"converged Transformer ({target:.3f})")
+            ax.axhline(target, color="black", linestyle="--", linewidth=0.8, label=f"{reference} ({target:.3f})")
         title, xlabel = titles[axis]
         ax.set_title(title, fontsize=10)
         ax.set_xlabel(xlabel)

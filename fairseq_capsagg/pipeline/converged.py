@@ -460,4 +460,7 @@ def plot_curves(rows: List[Row], results: Dict[str, Dict[str, object]], equivale
             curves["seconds"][row.name] = ([u / res["idle_updates_per_s"] for u in updates], losses)
         else:
             curves["continued"][row.name] = (updates, losses)
-    plot_validation_curves(curves, path, None if equivalence is None else equivalence["target_loss"])
+    reference = results.get(REFERENCE, {})
+    label = (f"Transformer, snapshot at {reference['stopped_at']}" if reference.get("snapshot") else
+             "converged Transformer")
+    plot_validation_curves(curves, path, None if equivalence is None else equivalence["target_loss"], label)

@@ -30,9 +30,13 @@ def test_the_published_table_is_what_the_driver_writes_from_its_json(path, table
     assert table1_table(json.loads(path.read_text()), table) == path.with_suffix(".md").read_text()
 
 
-@pytest.mark.parametrize("path", sorted(RESULTS.glob("**/converged*-cpu.json")), ids=relative)
+#: Every converged table published, by the CPU queue or a lent GPU.
+CONVERGED = sorted(path for device in ("cpu", "gpu") for path in RESULTS.glob(f"**/converged*-{device}.json"))
+
+
+@pytest.mark.parametrize("path", CONVERGED, ids=relative)
 def test_the_published_converged_tables_are_what_the_driver_writes_from_their_json(path):
-    """Every converged table the queue has published (none before its first row is done)."""
+    """Every converged table the queue (and a lent GPU) has published (none before its first row is done)."""
     assert converged_table(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
 
 
