@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Everything this project measures on a lent GPU, in one call of the device tool (at most 9.5 minutes,
 # each step under its own time limit): first the paper's protocol from the CPU-converged Transformer
-# (examples/converged_gpu.sh run, 6 minutes: two continued rows on an H200), then the speed and peak memory of every system against the
-# Transformer at `base` with 16,384-token batches (benchmarks/speed.py, one round; its tables are rewritten
-# after every system, so a time limit keeps what was measured), then mHC with --compile-sinkhorn against
-# the Transformer. A step that fails or runs out of time is said, and the next runs. Without a packed
+# (examples/converged_gpu.sh run, 6 minutes: two continued rows on an H200), then the speed and peak memory
+# of every system against the Transformer at `base` with 16,384-token batches (benchmarks/speed.py, one
+# round; its tables are rewritten after every system, so a time limit keeps what was measured), then mHC
+# with --compile-sinkhorn against the Transformer. A step that fails or runs out of time is said, and the next runs. Without a packed
 # converged Transformer (.gpu-reference) the first step is skipped and the speed benchmark runs two rounds.
 #
 #   examples/converged_gpu.sh wheels   # here, before: the wheels the GPU machine lacks, into .whl/

@@ -81,15 +81,16 @@ def freeze(work: Path, dest: Path) -> Dict[str, object]:
         _link_tree(work / name, dest / name)
     save_dir = dest / "checkpoints" / REFERENCE
     save_dir.mkdir(parents=True)
-    # copies, not links: fairseq rewrites checkpoint_best.pt and checkpoint_last.pt in place as it trains
+    # copies: the run goes on replacing checkpoint_best.pt and checkpoint_last.pt and deleting old interval
+    # checkpoints while this copies them
     for path in (source / "checkpoint_best.pt", source / "checkpoint_last.pt",
                  *convergence.interval_checkpoints(source)[-convergence.AVERAGED:]):
-        shutil.copy2(path, save_dir / path.name)
         try:
+            shutil.copy2(path, save_dir / path.name)
             convergence.checkpoint_updates(save_dir / path.name)
-        except Exception as e:  # noqa: BLE001 (torch.load's errors on a truncated file vary)
+        except Exception as e:  # noqa: BLE001 (a file deleted meanwhile, or torch.load's errors on a partial one)
             shutil.rmtree(dest)
-            raise SnapshotError(f"{path} could not be read ({type(e).__name__}): fairseq was writing it; "
+            raise SnapshotError(f"{path} could not be read ({type(e).__name__}): the run was saving; "
                                 "try again (or pause the run first)") from None
     log_dir = dest / "logs" / f"train-{REFERENCE}"
     shutil.copytree(work / "logs" / f"train-{REFERENCE}", log_dir)
@@ -117,8 +118,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"snapshot: error: {e}", file=sys.stderr)
         return 2
     print(f"{args.dest}: {REFERENCE} of {args.workdir} at update {record['stopped_at']} "
-          f"(best {record['best_loss']:.3f} at {record['best_update']}); score it with capsagg-table1 --table converged --workdir {args.dest} "
-          f"--rows {REFERENCE} (and {args.workdir}'s settings)")
+          f"(best {record['best_loss']:.3f} at {record['best_update']}); score it with capsagg-table1 --table "
+          f"converged --workdir {args.dest} --rows {REFERENCE} (and {args.workdir}'s settings)")
     return 0
 
 
