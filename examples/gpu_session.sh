@@ -47,8 +47,8 @@ session() {
   fi
   timeout "${SPEED_LIMIT:-110}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --output-dir "$OUT/speed-gpu" ||
     echo "[gpu-session] the speed benchmark failed or ran out of time (exit $?); mHC compiled runs"
-  # the eager Sinkhorn's many tiny kernels held mHC to 0.21x on an H200 at 2,048 tokens, 0.59x at 16,384 (docs/results.md): fused, with the
-  # compile time spent in the warm-up steps
+  # the eager Sinkhorn's many tiny kernels held mHC to 0.21x on an H200 at 2,048 tokens, 0.59x at 16,384
+  # (docs/results.md): fused, with the compile time spent in the warm-up steps
   timeout "${COMPILED_LIMIT:-90}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --systems "${compiled[@]}" \
     --model-args=--compile-sinkhorn --output-dir "$OUT/speed-gpu-compiled" ||
     echo "[gpu-session] mHC with --compile-sinkhorn failed or ran out of time (exit $?)"
