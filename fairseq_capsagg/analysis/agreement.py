@@ -78,6 +78,7 @@ class AgreementAccumulator:
 
 
 def routing_modules(model) -> Dict[str, CapsuleRouting]:
+    """The routing aggregator of each side of ``model`` that routes (``encoder``, ``decoder``)."""
     return {side: getattr(model, side).aggregator for side in ("encoder", "decoder")
             if isinstance(getattr(getattr(model, side), "aggregator", None), CapsuleRouting)}
 

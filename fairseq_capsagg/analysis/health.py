@@ -62,6 +62,7 @@ def parse_model_args(arch: str, data: str, extra: Sequence[str] = (), vanilla: b
 
 
 def first_batch(task, max_tokens: int) -> Dict:
+    """The first batch of the validation split, unshuffled (the same for every model checked)."""
     task.load_dataset("valid")
     iterator = task.get_batch_iterator(dataset=task.dataset("valid"), max_tokens=max_tokens,
                                        ignore_invalid_inputs=True, seed=1)
@@ -207,6 +208,7 @@ def checkpoint_report(path: str, data: str, max_tokens: int = 2048) -> Dict[str,
 
 
 def format_report(report: Dict[str, Dict[str, object]]) -> str:
+    """The health report in Markdown: one line per architecture and aggregating side."""
     lines = ["| architecture | loss (bits) | side | aggregate std | after LayerNorm | eps share "
              "| agreement entropy / ln N | stream gain | layer grad / vanilla | aggregator grad share | grad norm |",
              "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]

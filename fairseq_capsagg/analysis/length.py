@@ -23,6 +23,7 @@ def read_system_output(path: Path, num_sentences: int) -> List[str]:
 
 
 def bucket_label(low: float, high: float) -> str:
+    """``10-19`` for the bucket [10, 20) of source lengths, ``60+`` for the last, open one."""
     return f"{int(low)}+" if math.isinf(high) else f"{int(low)}-{int(high) - 1}"
 
 
@@ -49,6 +50,7 @@ def bleu_by_length(sources: Sequence[str], references: Sequence[str], systems: D
 
 
 def format_markdown(result: Dict[str, object], systems: Sequence[str]) -> str:
+    """BLEU of each system in each source-length bucket, in Markdown ("–": no sentence to score)."""
     lines = ["| source length (words) | sentences | " + " | ".join(systems) + " |",
              "|---|---:|" + "---:|" * len(systems)]
     for row in result["rows"]:

@@ -44,6 +44,7 @@ class CorpusError(RuntimeError):
 
 
 def sha256(path: Path) -> str:
+    """The SHA-256 of the file at ``path`` in hex, read in blocks of 1 MiB."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):
@@ -89,6 +90,7 @@ def corpus_languages(corpus: Path) -> List[str]:
 
 
 def count_lines(path: Path) -> int:
+    """Lines of ``path``, read as bytes (a last line without a newline counts; bytes that are not UTF-8 too)."""
     with open(path, "rb") as f:
         return sum(1 for _ in f)
 

@@ -69,6 +69,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def config_of(args: argparse.Namespace) -> Dict[str, object]:
+    """The settings the main job's results depend on (its work directory's config.json)."""
     keys = ["corpus", "shape", "vocab_size", "max_train_tokens", "max_update", "max_tokens", "lr",
             "warmup", "beam", "seed", "quick"]
     config = {k: (str(getattr(args, k)) if isinstance(getattr(args, k), Path) else getattr(args, k)) for k in keys}

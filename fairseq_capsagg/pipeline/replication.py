@@ -19,10 +19,12 @@ RUNS = ("converged-cpu.json", "converged-run2/converged-cpu.json")
 
 
 def loss(result: Dict[str, object]) -> str:
+    """The row's best validation loss (bits), as the table prints it."""
     return f"{result['best_loss']:.3f}"
 
 
 def bleu(result: Dict[str, object]) -> str:
+    """The row's BLEU (best checkpoint), as the table prints it."""
     return f"{result['bleu']:.2f}"
 
 
@@ -34,6 +36,7 @@ def delta(result: Dict[str, object]) -> str:
 
 
 def search_errors(references: Dict[str, object]) -> str:
+    """The share of test sentences whose reference the model scores above its hypothesis, in per cent."""
     return f"{100 * references['search_error_share']:.1f}%"
 
 

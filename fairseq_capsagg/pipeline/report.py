@@ -37,6 +37,7 @@ def count_checkpoint_parameters(checkpoint: Path) -> int:
 
 
 def format_markdown(rows: List[Dict[str, object]], caption: str) -> str:
+    """The main job's table in Markdown: the first row is the reference of every Δ."""
     lines = [
         "| # | model | updates | # params | train (updates/s) | train (tgt tok/s) | train time (s) "
         "| decode (sent/s) | BLEU | Δ BLEU | chrF | bootstrap p | sign test p |",

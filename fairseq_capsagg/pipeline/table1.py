@@ -153,6 +153,7 @@ def pair_suffixed(stem: str, pair) -> str:
 
 
 def rows_of(args: argparse.Namespace) -> List[Row]:
+    """The rows of ``args.table`` for ``args.systems`` and ``args.second_seed``, in the order they train."""
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
     if args.table == "converged":
@@ -265,6 +266,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def config_of(args: argparse.Namespace) -> Dict[str, object]:
+    """The settings a work directory's results depend on (its config.json; another run must match them)."""
     keys = ["shape", "vocab_size", "max_train_tokens", "max_update", "warm_updates", "ramp_updates",
             "max_tokens", "lr", "warmup", "beam", "quick", "model_args"]
     if args.table == "converged":
@@ -278,6 +280,8 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
 
 
 def row_flags(row: Row, args: argparse.Namespace, baseline_checkpoint: Path) -> List[str]:
+    """``fairseq-train`` flags of ``row`` beyond the shared ones: a warm start from ``baseline_checkpoint`` with
+    its identity start and ramp, ``--model-args`` for aggregators, the row's own flags last (they win)."""
     flags: List[str] = []
     if row.protocol == "warm":
         flags += ["--finetune-from-model", str(baseline_checkpoint)]
@@ -288,6 +292,8 @@ def row_flags(row: Row, args: argparse.Namespace, baseline_checkpoint: Path) -> 
 
 
 def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp: Dict[str, object]):
+    """Trains ``row`` of Table 1 or the peers (once: a stage) for its number of updates; returns what its log
+    measured (updates, speed, wall-clock, gradient norm and clipping)."""
     work = args.workdir
     save_dir = work / "checkpoints" / row.name
     log = work / "logs" / f"train-{row.name}.log"
@@ -313,6 +319,7 @@ def valid_cell(valid: Optional[Dict[str, float]]) -> str:
 
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
                   args: argparse.Namespace) -> str:
+    """Table 1 or the peers in Markdown: one table per protocol, pending rows listed as pending."""
     header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped | valid loss "
               "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")

@@ -28,6 +28,7 @@ class CapsAggHubInterface(GeneratorHubInterface):
     """
 
     def source_token_limit(self) -> int:
+        """The longest source in subword tokens that both the task and the encoder accept."""
         limit = self.max_positions[0] if isinstance(self.max_positions, tuple) else self.max_positions
         return min(limit, self.models[0].encoder.max_positions())
 

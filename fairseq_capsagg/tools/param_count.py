@@ -42,6 +42,8 @@ def count_parameters(arch: str, vocab_size: int, extra: Optional[List[str]] = No
 
 
 def parameter_table(vocab_size: int, share: str) -> List[Dict[str, object]]:
+    """Parameters of the Transformer and of every family at every shape, and what each family adds, with the
+    embeddings shared as ``share`` says (``none``, ``decoder``, ``all``)."""
     share_flags = {"none": [], "decoder": ["--share-decoder-input-output-embed"],
                    "all": ["--share-all-embeddings"]}[share]
     rows = []
@@ -56,6 +58,7 @@ def parameter_table(vocab_size: int, share: str) -> List[Dict[str, object]]:
 
 
 def format_table(rows: List[Dict[str, object]]) -> str:
+    """:func:`parameter_table` in Markdown, next to what the paper's Tables 1 and 2 report."""
     lines = ["| shape | model | params | added | paper added (Table 1, base) | paper total (Table 2) |",
              "|---|---|---:|---:|---:|---:|"]
     for row in rows:

@@ -66,6 +66,8 @@ def validation_loss(model, task, criterion, subset: str, max_tokens: int,
 
 def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "valid",
                       max_tokens: int = 8000, model_args: Sequence[str] = ()) -> Dict[str, Dict[str, float]]:
+    """Validation loss and nll loss (bits) on ``subset`` of the checkpoint at ``path`` and of each architecture
+    of ``archs`` warm-started from it before any update (``baseline``: the checkpoint itself)."""
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": data, "user_dir": USER_DIR})
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
