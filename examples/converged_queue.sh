@@ -26,7 +26,8 @@
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
 #   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where and
-#                                               # when they stop) and the last lines of the queue's log
+#                                               # when they stop, how far from the first run's same row) and the
+#                                               # last lines of the queue's log
 #   examples/converged_queue.sh jobs            # the jobs' capsagg-table1 arguments, one line each, in order
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
 #   examples/converged_queue.sh stop [--at-checkpoint]  # end it (after the next checkpoint: nothing lost);
@@ -132,10 +133,11 @@ case "${1:-status}" in
   jobs) jobs_of ;;
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
-    # each work directory's rows trained, and the rows training now: update, validations, where they stop
-    for work in "$WORK" "$RUNS/converged-zhen"; do
-      [[ -f $work/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$work"
-    done
+    # each work directory's rows trained, and the rows training now: update, validations, where they stop; the
+    # En->De rows' validations against the first run's (the same network again, or how far from it)
+    [[ -f $WORK/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$WORK" \
+      --against "$ROOT/docs/results/converged-cpu.json"
+    [[ -f $RUNS/converged-zhen/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$RUNS/converged-zhen"
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;
   *) echo "usage: $0 start [COMMIT] | status | jobs | pause | resume | stop [--at-checkpoint] | restart [COMMIT]" >&2; exit 2 ;;

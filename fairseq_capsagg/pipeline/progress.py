@@ -13,6 +13,7 @@ from typing import List, Optional, Sequence
 from .convergence import StopRule, train_stretches, validation_curve
 from .converged import SECOND_SEED, converged_rows, segment_logs
 from .fairseq_runs import systems
+from .replication import curve_gaps
 
 _MAX_UPDATE = re.compile(r"'max_update': (\d+)")
 #: How many of the last logged stretches the speed is the median of.
@@ -25,13 +26,15 @@ def trained(workdir: Path) -> List[str]:
     return [stage[len("train "):] for stage in done if stage.startswith("train ")]
 
 
-def progress(workdir: Path) -> List[str]:
-    """One line for each row of ``workdir`` that has started training and not finished: its last logged
+def progress(workdir: Path, done: Sequence[str], against: Optional[Path] = None) -> List[str]:
+    """One line for each row of ``workdir`` that has started training and is not ``done``: its last logged
     update and speed, its validations, and the earliest update at which it stops. In a work directory of the
     converged comparison a row from scratch stops by its rule (the time to its cap said too), a continued row
-    after ``--warm-updates``; in one of the other tables (Table 1, the peers) at its ``--max-update``."""
+    after ``--warm-updates``; in one of the other tables (Table 1, the peers) at its ``--max-update``. With
+    ``against`` (a published table's JSON), how far each row's validations are from the same row's there
+    (:func:`against_published`)."""
     config = json.loads((workdir / "config.json").read_text())
-    done = set(trained(workdir))
+    published = json.loads(against.read_text())["results"] if against else {}
     converged_rule = "validate_interval_updates" in config
     if converged_rule:
         rule = StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
@@ -58,8 +61,21 @@ def progress(workdir: Path) -> List[str]:
             unless = f" unless a later validation is better (cap {rule.cap}{cap_in and ', in ' + cap_in})"
         stop = f"stops at {target}{time_left(target - update, ups)}{unless}"
         validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
-        lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}")
+        compared = against_published(published[name], curve, against.name) if name in published else ""
+        lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}{compared}")
     return lines
+
+
+def against_published(result: dict, curve: Sequence[dict], label: str) -> str:
+    """``; against converged-cpu.json: the same at all 2 validations`` (to the 3 decimals fairseq logs), or the
+    largest gap and its update: whether a row trained again on another machine is still the published network."""
+    gaps = curve_gaps(result, {"curve": curve})
+    if not gaps:
+        return ""
+    gap, update = max(gaps)
+    if gap == 0:
+        return f"; against {label}: the same at all {len(gaps)} validations"
+    return f"; against {label}: largest gap {gap:.3f} at {update} ({len(gaps)} validations)"
 
 
 def recent_speed(stretches: Sequence[dict]) -> float:
@@ -87,11 +103,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="python -m fairseq_capsagg.pipeline.progress",
         description="the progress of the rows in training of a capsagg-table1 work directory")
     parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 (any --table)")
+    parser.add_argument("--against", type=Path, metavar="TABLE.json",
+                        help="a published table of the same rows (e.g. docs/results/converged-cpu.json): say how "
+                             "far each row in training is from its validation losses there")
     args = parser.parse_args(argv)
     if not (args.workdir / "config.json").is_file():
         parser.error(f"{args.workdir} is not a work directory of capsagg-table1 (no config.json)")
-    print(f"{args.workdir}: rows trained: {', '.join(trained(args.workdir)) or 'none yet'}")
-    for line in progress(args.workdir):
+    if args.against and not args.against.is_file():
+        parser.error(f"--against: {args.against} does not exist")
+    done = trained(args.workdir)
+    print(f"{args.workdir}: rows trained: {', '.join(done) or 'none yet'}")
+    for line in progress(args.workdir, done, args.against):
         print(line)
     return 0
 

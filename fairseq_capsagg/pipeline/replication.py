@@ -9,7 +9,7 @@ block between the page's ``<!-- replication:begin/end -->`` markers (a test keep
 
 import json
 from pathlib import Path
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from ..tools.markdown_block import block_cli
 from .by_method import RESULTS
@@ -40,13 +40,19 @@ def search_errors(references: Dict[str, object]) -> str:
     return f"{100 * references['search_error_share']:.1f}%"
 
 
-def curve_gap(first: Dict[str, object], second: Dict[str, object]) -> str:
-    """``0.016 (1000, 60)``: the largest difference between the two runs' validation losses of a row, the update
-    it falls on and how many validations both runs logged; "–" when they share none. The same row trained
-    twice on the same data, settings and seed differs only by the machine's arithmetic (docs/results.md)."""
+def curve_gaps(first: Dict[str, object], second: Dict[str, object]) -> List[Tuple[float, int]]:
+    """``(|difference|, update)`` for every validation both rows logged: how far apart the same row's validation
+    losses are, trained twice on the same data, settings and seed, which differ only by the machine's
+    arithmetic (docs/results.md)."""
     first_curve = {point["update"]: point["loss"] for point in first.get("curve", [])}
-    common = [(abs(point["loss"] - first_curve[point["update"]]), point["update"])
-              for point in second.get("curve", []) if point["update"] in first_curve]
+    return [(round(abs(point["loss"] - first_curve[point["update"]]), 3), point["update"])
+            for point in second.get("curve", []) if point["update"] in first_curve]
+
+
+def curve_gap(first: Dict[str, object], second: Dict[str, object]) -> str:
+    """``0.016 (1000, 60)``: the largest of :func:`curve_gaps`, the update it falls on and how many validations
+    both runs logged; "–" when they share none."""
+    common = curve_gaps(first, second)
     if not common:
         return "–"
     gap, update = max(common)

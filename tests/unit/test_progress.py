@@ -23,7 +23,7 @@ def test_the_progress_of_unfinished_rows_is_read_from_their_logs(tmp_path):
         (tmp_path / "logs" / f"train-{name}" / "from-0.log").write_text(TRAIN_LOG)
     (tmp_path / "logs" / "train-converged-dwa-s1").mkdir()  # made, nothing logged yet
     validations = "validation loss 9.336 at 10, 9.066 at 20"
-    assert sorted(progress.progress(tmp_path)) == [
+    assert sorted(progress.progress(tmp_path, progress.trained(tmp_path))) == [
         f"continued-dyncomb: update 20 (0.17 updates/s lately); {validations}; stops at 40 (in about 2 min)",
         f"converged-baseline-s1: update 20 (0.17 updates/s lately); {validations}; stops at 50 (in about 3 min) "
         "unless a later validation is better (cap 100, in about 8 min)"]
@@ -37,9 +37,39 @@ def test_the_progress_of_rows_of_fixed_length_is_read_from_their_logs(tmp_path):
     (tmp_path / "logs").mkdir()
     for name in ("scratch-baseline-s1", "time-hc-s1"):
         (tmp_path / "logs" / f"train-{name}.log").write_text(MAX_UPDATE_60 + TRAIN_LOG)
-    assert progress.progress(tmp_path) == [
+    assert progress.progress(tmp_path, progress.trained(tmp_path)) == [
         "time-hc-s1: update 20 (0.17 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
         "stops at 60 (in about 4 min)"]
+
+
+def test_a_row_in_training_is_compared_with_the_same_row_of_a_published_table(tmp_path):
+    """``--against``: the same network trained again says so; another says its largest gap and where; a row the
+    table does not hold, or holds without a shared validation, says nothing."""
+    (tmp_path / "config.json").write_text(json.dumps({"validate_interval_updates": 10, "patience_updates": 30,
+                                                      "update_cap": 100, "warm_updates": 40}))
+    for name in ("converged-baseline-s1", "converged-mudd-s1", "converged-dwa-s1", "continued-dyncomb"):
+        (tmp_path / "logs" / f"train-{name}").mkdir(parents=True)
+        (tmp_path / "logs" / f"train-{name}" / "from-0.log").write_text(TRAIN_LOG)
+    curve = lambda *losses: [{"update": 10 * (i + 1), "loss": loss} for i, loss in enumerate(losses)]  # noqa: E731
+    published = tmp_path / "published.json"
+    published.write_text(json.dumps({"results": {
+        "converged-baseline-s1": {"curve": curve(9.336, 9.066, 8.5)},  # the same at both of its validations
+        "converged-mudd-s1": {"curve": curve(9.352, 9.062)},
+        "converged-dwa-s1": {"curve": [{"update": 500, "loss": 7.0}]}}}))
+    lines = {line.split(":")[0]: line for line in progress.progress(tmp_path, [], published)}
+    assert lines["converged-baseline-s1"].endswith("; against published.json: the same at all 2 validations")
+    assert lines["converged-mudd-s1"].endswith("; against published.json: largest gap 0.016 at 10 (2 validations)")
+    assert lines["converged-dwa-s1"].endswith("(cap 100, in about 8 min)")
+    assert "against" not in lines["continued-dyncomb"]
+
+
+def test_the_progress_command_refuses_a_missing_published_table(tmp_path, capsys):
+    (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
+    with pytest.raises(SystemExit) as exit_info:
+        progress.main([str(tmp_path), "--against", str(tmp_path / "nowhere.json")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"python -m fairseq_capsagg.pipeline.progress: error: --against: {tmp_path / 'nowhere.json'} does not exist")
 
 
 def test_the_speed_lately_is_the_median_of_the_last_stretches():
