@@ -20,7 +20,8 @@
 #
 # The first run (2026-11-27 and 11-28) lost its machine, and with it every checkpoint, after the rows of
 # docs/results/converged-cpu.md; this one is the second run, published to docs/results/converged-run2/
-# (the first run's table stays as it was published). The peers table of DLCL, hyper-connections and mHC
+# (the first run's table stays as it was published), begun again on a third machine after the second lost
+# its Transformer at update 27,500 (docs/results.md). The peers table of DLCL, hyper-connections and mHC
 # (docs/results/streams/) was the first run's job 2 and is complete.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
