@@ -433,12 +433,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
     if frozen:
         out += ["", f"\"(snapshot)\": frozen while its rule had not stopped it ({', '.join(frozen)}; "
                     "`python -m fairseq_capsagg.pipeline.snapshot`): not converged, its best checkpoint of then."]
-    trained_by = provenance.format_provenance(results)
-    if trained_by:
-        out += [""] + trained_by
-    untranslated = report.format_untranslated(results)
-    if untranslated:
-        out += ["", untranslated]
+    out += report.format_row_notes(results)
     if step0:
         out += ["", report.format_step0(step0, f"`{REFERENCE}`'s best checkpoint (where the continued rows start; "
                                                "`baseline` is the Transformer itself)").rstrip("\n")]

@@ -7,7 +7,7 @@ from typing import Dict, List, Optional, Tuple
 import torch
 
 from ..analysis.scoring import significance_mark
-from . import fairseq_runs
+from . import fairseq_runs, provenance
 
 
 #: The embeddings fairseq ties (``--share-all-embeddings``; the decoder's two under
@@ -81,6 +81,20 @@ def format_untranslated(results: Dict[str, Dict[str, object]]) -> str:
     return ("Test sentences scored as empty hypotheses, for which fairseq-generate returned none (ids from 0; "
             "longer than the model takes, or left out with the last, longest batch at fairseq's default "
             f"`--required-batch-size-multiple` {fairseq_runs.FAIRSEQ_BATCH_MULTIPLE}, fairseq issue #5036): {groups}.")
+
+
+def format_row_notes(results: Dict[str, Dict[str, object]]) -> List[str]:
+    """The paragraphs under a table about its rows, each after an empty line: the code and machines that trained
+    them (:func:`provenance.format_provenance`) and the test sentences scored as empty
+    (:func:`format_untranslated`)."""
+    out = []
+    trained_by = provenance.format_provenance(results)
+    if trained_by:
+        out += [""] + trained_by
+    untranslated = format_untranslated(results)
+    if untranslated:
+        out += ["", untranslated]
+    return out
 
 
 def format_step0(step0: Dict[str, Dict[str, float]], source: str = "row 1's checkpoint") -> str:

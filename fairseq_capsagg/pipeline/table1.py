@@ -367,12 +367,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                "cross-entropy on the validation split at the end of training, bits per target token (fairseq's log; "
                "`valid` in the JSON also has the nll). updates/s is wall-clock "
                "on this machine; `load_average` in the JSON says whether the CPU was shared while a row trained.")
-    trained_by = provenance.format_provenance(results)
-    if trained_by:
-        out += [""] + trained_by
-    untranslated = report.format_untranslated(results)
-    if untranslated:
-        out += ["", untranslated]
+    out += report.format_row_notes(results)
     return "\n".join(out) + "\n"
 
 
