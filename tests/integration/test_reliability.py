@@ -19,8 +19,10 @@ from fairseq_capsagg.patches.durable_checkpoints import atomic_copy
 from helpers import BIN, SUPPORT, TINY
 
 
+#: Past the first epoch of the tiny corpus (18 batches of 300 tokens), so that a resumed run crosses an epoch.
+UPDATES = 22
 ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, "--task", "translation",
-        "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--max-update", "14",
+        "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--max-update", str(UPDATES),
         "--save-interval-updates", "2", "--keep-interval-updates", "2", "--no-epoch-checkpoints",
         "--num-workers", "0", "--seed", "2", "--log-format", "simple", "--log-interval", "1"]
 
@@ -50,7 +52,7 @@ def assert_checkpoints_whole(save_dir):
         torch.load(checkpoint, map_location="cpu", weights_only=True)  # raises on a truncated file
 
 
-def test_sigkill_at_any_moment_then_restart_finishes(tiny_data_bin, tmp_path):
+def test_sigkill_at_any_moment_then_restart_finishes_the_same_network(tiny_data_bin, tmp_path):
     save_dir = tmp_path / "ckpt"
     marker = tmp_path / "stalled"
     faults = [("save", 2), ("copy", 3), ("save", 5)]  # mid-write of a checkpoint, mid-copy to checkpoint_last
@@ -60,7 +62,7 @@ def test_sigkill_at_any_moment_then_restart_finishes(tiny_data_bin, tmp_path):
         kill_when(proc, marker.exists)
         assert_checkpoints_whole(save_dir)
         assert (save_dir / "checkpoint_last.pt").exists()
-    proc = start(tiny_data_bin, save_dir)  # killed mid-training, between updates 10 and 14
+    proc = start(tiny_data_bin, save_dir)  # killed mid-training, mid-epoch, after update 10
     kill_when(proc, lambda: any(save_dir.glob("checkpoint_*_10.pt*")))
     assert_checkpoints_whole(save_dir)
     # the same command again: continues from the last complete checkpoint and finishes
@@ -69,7 +71,20 @@ def test_sigkill_at_any_moment_then_restart_finishes(tiny_data_bin, tmp_path):
     assert proc.returncode == 0, out[-3000:]
     assert "Loaded checkpoint" in out
     state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=True)
-    assert state["optimizer_history"][-1]["num_updates"] == 14
+    assert state["optimizer_history"][-1]["num_updates"] == UPDATES
+    # and it trained the network a run that was never stopped trains, bit for bit: fairseq restores the epoch's
+    # batch order and position, Adam's moments and the schedule, and reseeds dropout with seed + update, so a
+    # long row's numbers do not depend on when its sessions ended (the converged queue stops at each one)
+    proc = start(tiny_data_bin, tmp_path / "never-stopped")
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    never = torch.load(tmp_path / "never-stopped" / "checkpoint_last.pt", map_location="cpu", weights_only=True)
+    assert never["model"].keys() == state["model"].keys()
+    assert all(torch.equal(never["model"][name], state["model"][name]) for name in never["model"])
+    moments = [(a[key], b[key]) for a, b in zip(never["last_optimizer_state"]["state"].values(),
+                                                state["last_optimizer_state"]["state"].values())
+               for key in ("exp_avg", "exp_avg_sq")]
+    assert moments and all(torch.equal(a, b) for a, b in moments)
 
 
 def test_atomic_copy_never_exposes_a_partial_file(tmp_path, monkeypatch):
