@@ -153,11 +153,16 @@ def pair_suffixed(stem: str, pair) -> str:
 
 
 def rows_of(args: argparse.Namespace) -> List[Row]:
-    """The rows of ``args.table`` for ``args.systems`` and ``args.second_seed``, in the order they train."""
+    """The rows of ``args.table`` for ``args.systems`` and ``args.second_seed``, in the order they train. With
+    ``--reference-from`` the converged comparison holds the imported Transformer and the rows continued from it
+    only: a row from scratch here would be read against a Transformer trained elsewhere, with other batches."""
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
     if args.table == "converged":
-        return converged.converged_rows(args.systems, args.second_seed)
+        rows = converged.converged_rows(args.systems, args.second_seed)
+        if args.reference_from is not None:
+            rows = [row for row in rows if row.protocol == "continued" or row.name == converged.REFERENCE]
+        return rows
     return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
 
 

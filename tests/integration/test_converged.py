@@ -189,7 +189,7 @@ def test_a_pack_of_other_data_settings_is_one_clear_line(quick_converged, tmp_pa
 
 def test_the_gpu_command_imports_the_packed_transformer(quick_converged, tmp_path):
     """examples/converged_gpu.sh pack, then run (--quick, training nothing): the packed Transformer is the
-    table's converged row, imported; its continued rows wait for the GPU."""
+    table's converged row, imported, and its only row from scratch; its continued rows wait for the GPU."""
     workdir, publish, _ = quick_converged
     env = dict(gpu_command_env(tmp_path), PACK=str(tmp_path / "pack"))
     script = str(ROOT / "examples" / "converged_gpu.sh")
@@ -207,6 +207,11 @@ def test_the_gpu_command_imports_the_packed_transformer(quick_converged, tmp_pat
     assert payload["config"]["reference_from"] == str((tmp_path / "pack").resolve())
     assert re.search(r"\| continued-emrouting \| [^|]+ \| \d \| pending \|", (tmp_path / "out" / "converged-cpu.md")
                      .read_text())
+    # the rows from scratch are not this table's: they would be read against a Transformer trained elsewhere
+    assert [row["name"] for row in payload["rows"] if row["protocol"] == "converged"] == ["converged-baseline-s1"]
+    refused = subprocess.run(["bash", script, "run", "--quick", "--report-only", "--rows", "converged-mudd-s1"],
+                             capture_output=True, text=True, env=env, timeout=300)
+    assert refused.returncode == 2 and "--rows: unknown ['converged-mudd-s1']" in refused.stderr
 
 
 def still_training(workdir, dest):
