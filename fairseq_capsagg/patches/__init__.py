@@ -8,15 +8,19 @@
   writes into checkpoints, and nothing else.
 * :mod:`.interactive_guard`: ``fairseq-interactive`` keeps translating past lines it cannot read
   (with :mod:`fairseq_capsagg.input_repair`).
+* :mod:`.resumable_batches`: a training resumed from a checkpoint in a later epoch draws the batches the
+  uninterrupted training draws (fairseq draws them again with the epoch it resumes in).
 * :mod:`.weight_decay`: parameters marked ``no_weight_decay`` (the residual streams' static weights)
   get no weight decay.
 
-None of them changes what a stock fairseq flag does (see ``tests/integration/test_patches.py``).
+None of them changes what a stock fairseq flag does (the batches of a resumed training are what an uninterrupted
+one's are) (see ``tests/integration/test_patches.py``).
 """
 
 from .cli_errors import install_error_hook
 from .durable_checkpoints import install_atomic_checkpoint_copies
 from .interactive_guard import install_interactive_guard
+from .resumable_batches import install_resumable_batches
 from .safe_checkpoints import allow_fairseq_checkpoint_globals
 from .weight_decay import install_weight_decay_exemptions
 
@@ -27,4 +31,5 @@ def install() -> None:
     install_atomic_checkpoint_copies()
     allow_fairseq_checkpoint_globals()
     install_interactive_guard()
+    install_resumable_batches()
     install_weight_decay_exemptions()
