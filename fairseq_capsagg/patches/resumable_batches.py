@@ -11,6 +11,8 @@ This builds a reusable iterator's batches with epoch 1's draw in every epoch, th
 asked for. Iterators fairseq rebuilds each epoch (sharded data, ``--rebuild-batches``) are left as they are.
 """
 
+import functools
+
 from fairseq.tasks import FairseqTask
 
 
@@ -20,6 +22,7 @@ def install_resumable_batches() -> None:
     if getattr(original, "draws_epoch_one_batches", False):
         return
 
+    @functools.wraps(original)
     def get_batch_iterator(self, dataset, *args, epoch=1, disable_iterator_cache=False,
                            update_epoch_batch_itr=False, **kwargs):
         reused = (not disable_iterator_cache and not update_epoch_batch_itr and self.can_reuse_epoch_itr(dataset)

@@ -19,8 +19,8 @@ from fairseq_capsagg.patches.durable_checkpoints import atomic_copy
 from helpers import BIN, SUPPORT, TINY
 
 
-#: Past the first epoch of the tiny corpus (18 batches of 300 tokens), so that a resumed run crosses an epoch.
-UPDATES = 22
+#: Past the first epoch of the tiny corpus (18 batches of 300 tokens): the last kill comes in the second epoch.
+UPDATES = 24
 ARGS = ["--user-dir", USER_DIR, "--arch", "transformer_emrouting_small", *TINY, "--task", "translation",
         "--cpu", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "300", "--max-update", str(UPDATES),
         "--save-interval-updates", "2", "--keep-interval-updates", "2", "--no-epoch-checkpoints",
@@ -62,8 +62,8 @@ def test_sigkill_at_any_moment_then_restart_finishes_the_same_network(tiny_data_
         kill_when(proc, marker.exists)
         assert_checkpoints_whole(save_dir)
         assert (save_dir / "checkpoint_last.pt").exists()
-    proc = start(tiny_data_bin, save_dir)  # killed mid-training, mid-epoch, after update 10
-    kill_when(proc, lambda: any(save_dir.glob("checkpoint_*_10.pt*")))
+    proc = start(tiny_data_bin, save_dir)  # killed in the second epoch, with checkpoint 20 whole at least
+    kill_when(proc, lambda: any(save_dir.glob("checkpoint_*_22.pt*")))
     assert_checkpoints_whole(save_dir)
     # the same command again: continues from the last complete checkpoint and finishes
     proc = start(tiny_data_bin, save_dir)
@@ -73,8 +73,9 @@ def test_sigkill_at_any_moment_then_restart_finishes_the_same_network(tiny_data_
     state = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=True)
     assert state["optimizer_history"][-1]["num_updates"] == UPDATES
     # and it trained the network a run that was never stopped trains, bit for bit: fairseq restores the epoch's
-    # batch order and position, Adam's moments and the schedule, and reseeds dropout with seed + update, so a
-    # long row's numbers do not depend on when its sessions ended (the converged queue stops at each one)
+    # batch order and position, Adam's moments and the schedule, and reseeds dropout with seed + update; the
+    # batches themselves are the uninterrupted run's only with fairseq_capsagg.patches.resumable_batches (fairseq
+    # draws them again in the epoch it resumes in). A long row's numbers do not depend on when its sessions ended
     proc = start(tiny_data_bin, tmp_path / "never-stopped")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out[-3000:]
