@@ -13,8 +13,8 @@
 * :mod:`.weight_decay`: parameters marked ``no_weight_decay`` (the residual streams' static weights)
   get no weight decay.
 
-None of them changes what a stock fairseq flag does (the batches of a resumed training are what an uninterrupted
-one's are) (see ``tests/integration/test_patches.py``).
+None of them changes what a stock fairseq flag does (see ``tests/integration/test_patches.py``); resuming
+does what it promises (``tests/integration/test_reliability.py``).
 """
 
 from .cli_errors import install_error_hook

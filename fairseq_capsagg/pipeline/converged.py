@@ -426,9 +426,9 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         "whose sentence-BLEU differs. Idle updates/s: the upper decile of fairseq's `ups` over the row's `--log-interval` "
         "stretches; stretches that shared the cores are slower, so this is the speed on idle cores; seconds at idle "
         "speed are updates divided by it. Load: the mean 1-minute load average of the machine while the row trained "
-        "(on this project's 2-core CPUs, 2 is one training alone). Scores of hypotheses and references: log-probability per token, base 2, as "
-        "fairseq prints them; a search error is a sentence whose reference the model scores above the hypothesis "
-        "beam search returned.")
+        "(on this project's 2-core CPUs, 2 is one training alone). Scores of hypotheses and references: "
+        "log-probability per token, base 2, as fairseq prints them; a search error is a sentence whose reference "
+        "the model scores above the hypothesis beam search returned.")
     frozen = [f"`{name}` at update {res['stopped_at']}" for name, res in results.items() if res.get("snapshot")]
     if frozen:
         out += ["", f"\"(snapshot)\": frozen while its rule had not stopped it ({', '.join(frozen)}; "

@@ -68,7 +68,8 @@ def progress(workdir: Path, done: Sequence[str], against: Optional[Path] = None)
 
 def against_published(result: dict, curve: Sequence[dict], label: str) -> str:
     """``; against converged-cpu.json: the same at all 2 validations`` (to the 3 decimals fairseq logs), or the
-    largest gap and its update: whether a row trained again on another machine is still the published network."""
+    largest gap and its update: whether a row trained again (on another machine, say) is still the published
+    network."""
     gaps = curve_gaps(result, {"curve": curve})
     if not gaps:
         return ""
