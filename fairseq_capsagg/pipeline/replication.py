@@ -42,8 +42,8 @@ def search_errors(references: Dict[str, object]) -> str:
 
 def curve_gaps(first: Dict[str, object], second: Dict[str, object]) -> List[Tuple[float, int]]:
     """``(|difference|, update)`` for every validation both rows logged: how far apart the same row's validation
-    losses are, trained twice on the same data, settings and seed, which differ only by the machine's
-    arithmetic (docs/results.md)."""
+    losses are, trained twice on the same data, settings and seed: by the machine's arithmetic, and by the
+    batches stock fairseq drew again at each resume (patches.resumable_batches; docs/results.md)."""
     first_curve = {point["update"]: point["loss"] for point in first.get("curve", [])}
     return [(round(abs(point["loss"] - first_curve[point["update"]]), 3), point["update"])
             for point in second.get("curve", []) if point["update"] in first_curve]
