@@ -19,7 +19,8 @@ from fairseq_capsagg.pipeline.fairseq_runs import tool_command
 
 def clean_pairs(src_path: Path, tgt_path: Path, max_words: int, max_ratio: float) -> Iterator[Tuple[str, str]]:
     """Drops empty, over-long and badly length-mismatched training pairs (Moses clean-corpus style)."""
-    with open(src_path, encoding="utf-8", errors="replace") as fs, open(tgt_path, encoding="utf-8", errors="replace") as ft:
+    with open(src_path, encoding="utf-8", errors="replace") as fs, \
+            open(tgt_path, encoding="utf-8", errors="replace") as ft:
         for src, tgt in zip(fs, ft):
             src, tgt = " ".join(src.split()), " ".join(tgt.split())
             ls, lt = len(src.split()) or len(src), len(tgt.split()) or len(tgt)
@@ -50,8 +51,10 @@ def main(argv=None) -> int:
                 p.error(f"{raw / f'{split}.{lang}'} is missing: run the download script first")
     out.mkdir(parents=True, exist_ok=True)
     kept = 0
-    with open(out / f"clean.{args.src}", "w", encoding="utf-8") as fs, open(out / f"clean.{args.tgt}", "w", encoding="utf-8") as ft:
-        for src, tgt in clean_pairs(raw / f"train.{args.src}", raw / f"train.{args.tgt}", args.max_words, args.max_ratio):
+    pairs = clean_pairs(raw / f"train.{args.src}", raw / f"train.{args.tgt}", args.max_words, args.max_ratio)
+    with open(out / f"clean.{args.src}", "w", encoding="utf-8") as fs, \
+            open(out / f"clean.{args.tgt}", "w", encoding="utf-8") as ft:
+        for src, tgt in pairs:
             fs.write(src + "\n")
             ft.write(tgt + "\n")
             kept += 1

@@ -63,5 +63,6 @@ class HyperConnections(StreamConnection):
             read_mix = self.read_mix_scale.float() * torch.tanh(normed @ self.dynamic_read_mix.weight.float().t())
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]
-            write = write + self.write_scale.float() * torch.tanh(normed @ self.dynamic_write.weight.float().t())[..., 0]
+            write_gate = torch.tanh(normed @ self.dynamic_write.weight.float().t())[..., 0]
+            write = write + self.write_scale.float() * write_gate
         return read, mix, write

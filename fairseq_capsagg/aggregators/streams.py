@@ -5,9 +5,10 @@ the start). Before block l its input is read from the streams, h = sum_i a_i H_i
 block's output y = h + F(h) (a pre-norm block adds its sublayers to its input), the streams become
 H'_j = sum_i r_{ij} H_i + b_j F(h). Each connection here holds the weights (a, r, b) of one block; the top
 block's also holds the stack's readout, the vector that turns H into the stack's state (what fairseq
-records as each block's output and passes on, and the stack's output after the top block). The update is computed as b_j y + (sum_i r_{ij} H_i - b_j h), so that
-with a one-hot, r = I and b = 1 the streams stay exact copies of the Transformer's residual stream and
-the model computes exactly what the Transformer computes.
+records as each block's output and passes on, and the stack's output after the top block). The update is
+computed as b_j y + (sum_i r_{ij} H_i - b_j h), so that with a one-hot, r = I and b = 1 the streams stay
+exact copies of the Transformer's residual stream and the model computes exactly what the Transformer
+computes.
 """
 
 from dataclasses import dataclass

@@ -71,9 +71,10 @@ class AgreementAccumulator:
             out["mean_output_activation"] = [a / n for a in self.output_activation]
         count = self.capsule_length["count"]
         if count:
-            out["output_capsule_length"] = {"mean": self.capsule_length["sum"] / count,
-                                            f"share_below_{DEAD_CAPSULE}": self.capsule_length["dead"] / count,
-                                            f"share_above_{SATURATED_CAPSULE}": self.capsule_length["saturated"] / count}
+            lengths = self.capsule_length
+            out["output_capsule_length"] = {"mean": lengths["sum"] / count,
+                                            f"share_below_{DEAD_CAPSULE}": lengths["dead"] / count,
+                                            f"share_above_{SATURATED_CAPSULE}": lengths["saturated"] / count}
         return out
 
 

@@ -54,7 +54,8 @@ class StackSettings(Settings):
         if ramp > 0 and not aggregating_sides:
             raise AggregationConfigError(
                 f"--aggregation-ramp-updates {ramp}: neither side aggregates; set --encoder-aggregation or "
-                f"--decoder-aggregation to one of {', '.join(name for name in aggregation_choices() if name != 'none')}")
+                f"--decoder-aggregation to one of "
+                f"{', '.join(name for name in aggregation_choices() if name != 'none')}")
 
 
 class Placement(NamedTuple):
@@ -110,7 +111,8 @@ def _placement(values: Dict[str, Any], side: str, between_blocks: bool, embed_di
         cls = dense_connection_class(name) if between_blocks else aggregator_class(name)
     except AggregationConfigError as e:
         raise AggregationConfigError(f"{flag}: {e}") from None
-    return Placement(side, between_blocks, name, cls, validated_settings(cls, cls.Settings.from_values(values), embed_dim))
+    settings = validated_settings(cls, cls.Settings.from_values(values), embed_dim)
+    return Placement(side, between_blocks, name, cls, settings)
 
 
 def read_side(args: Any, side: str, stack: StackSettings) -> SideAggregation:
@@ -263,7 +265,8 @@ class AggregatingStack(nn.Module):
         trained to.
         """
         prefix = f"{name}." if name else ""
-        has = {module: any(key.startswith(f"{prefix}{module}.") for key in state_dict) for module in AGGREGATION_MODULES}
+        has = {module: any(key.startswith(f"{prefix}{module}.") for key in state_dict)
+               for module in AGGREGATION_MODULES}
         if has["aggregator"] and not any(has[module] for module in NORMALISATIONS):
             self.layer_norms = self.aggregate_norm = None
         for module_name in AGGREGATION_MODULES:

@@ -368,7 +368,8 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
                 state = f"failed: {failures[row.name]}" if row.name in failures else "pending"
                 out.append(f"| {row.name} | {label(row)} | {row.seed} | {state} |" + "  |" * 11)
                 continue
-            params = f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res else f"{res['delta_params'] / 1e6:+.2f}M"
+            params = (f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res
+                      else f"{res['delta_params'] / 1e6:+.2f}M")
             stop = f"{res['stopped_at']}" + stop_note(res, protocol)
             load = "–" if res.get("load_average") is None else f"{res['load_average']:.1f}"
             out.append(f"| {row.name} | {label(row)} | {row.seed} | {stop} | {res['best_update']} "
@@ -376,8 +377,10 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
                        f"| {score_cells(res)} |")
         out.append("")
     done = [row for row in rows if row.name in results]
-    out += [f"### Average of the last {convergence.AVERAGED} interval checkpoints (against the same rows, averaged)", "",
-            "| row | updates averaged | BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |",
+    out += [f"### Average of the last {convergence.AVERAGED} interval checkpoints (against the same rows, averaged)",
+            "",
+            "| row | updates averaged | BLEU | Δ BLEU | BP (length) | chrF | bootstrap p "
+            "| sign test p (better/worse) |",
             "|---|---|---:|---:|---:|---:|---:|---|"]
     for row in done:
         res = results[row.name]["average"]
@@ -386,7 +389,8 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
     if equivalence:
         out += [f"### Compute equivalence: the first validation at or below `{REFERENCE}`'s best validation loss "
                 f"({equivalence['target_loss']:.3f} bits)", "",
-                "| row | updates | seconds at idle speed | Transformer's updates / row's | Transformer's seconds / row's |",
+                "| row | updates | seconds at idle speed | Transformer's updates / row's "
+                "| Transformer's seconds / row's |",
                 "|---|---:|---:|---:|---:|"]
         for name, eq in equivalence["rows"].items():
             cells = ("never | – | – | –" if eq["updates"] is None else
@@ -423,12 +427,12 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], equiva
         "checkpoint, which every BLEU above the averages decodes, every test sentence (`fairseq-generate "
         "--required-batch-size-multiple 1`). BLEU and chrF: sacrebleu on detokenised output. "
         "† p < 0.01, * p < 0.05 (paired bootstrap, 1000 resamples). Sign test: two-sided binomial over sentences "
-        "whose sentence-BLEU differs. Idle updates/s: the upper decile of fairseq's `ups` over the row's `--log-interval` "
-        "stretches; stretches that shared the cores are slower, so this is the speed on idle cores; seconds at idle "
-        "speed are updates divided by it. Load: the mean 1-minute load average of the machine while the row trained "
-        "(on this project's 2-core CPUs, 2 is one training alone). Scores of hypotheses and references: "
-        "log-probability per token, base 2, as fairseq prints them; a search error is a sentence whose reference "
-        "the model scores above the hypothesis beam search returned.")
+        "whose sentence-BLEU differs. Idle updates/s: the upper decile of fairseq's `ups` over the row's "
+        "`--log-interval` stretches; stretches that shared the cores are slower, so this is the speed on idle "
+        "cores; seconds at idle speed are updates divided by it. Load: the mean 1-minute load average of the "
+        "machine while the row trained (on this project's 2-core CPUs, 2 is one training alone). Scores of "
+        "hypotheses and references: log-probability per token, base 2, as fairseq prints them; a search error is "
+        "a sentence whose reference the model scores above the hypothesis beam search returned.")
     frozen = [f"`{name}` at update {res['stopped_at']}" for name, res in results.items() if res.get("snapshot")]
     if frozen:
         out += ["", f"\"(snapshot)\": frozen while its rule had not stopped it ({', '.join(frozen)}; "

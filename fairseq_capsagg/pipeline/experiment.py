@@ -34,7 +34,8 @@ def log_interval(args: argparse.Namespace) -> int:
 
 def add_setup_flags(parser: argparse.ArgumentParser) -> None:
     """The flags of a training setup that the main job and Table 1 share, with their one default each."""
-    parser.add_argument("--shape", choices=tuple(SHAPES), default="small", help="the architectures' shape (default small)")
+    parser.add_argument("--shape", choices=tuple(SHAPES), default="small",
+                        help="the architectures' shape (default small)")
     parser.add_argument("--vocab-size", type=int, default=8000,
                         help="joint sentencepiece vocabulary (default 8000; subword-nmt: the merges)")
     parser.add_argument("--max-train-tokens", type=int, default=64,
@@ -75,8 +76,9 @@ def check_workdir(workdir: Path, config: Dict[str, object]) -> None:
         old = json.loads(path.read_text())
         diff = {k: (old.get(k), v) for k, v in config.items() if old.get(k) != v}
         if diff:
+            changes = ", ".join(f"{k}: {a} -> {b}" for k, (a, b) in diff.items())
             raise ConfigMismatch(
-                f"{workdir} holds results of another configuration ({', '.join(f'{k}: {a} -> {b}' for k, (a, b) in diff.items())}); "
+                f"{workdir} holds results of another configuration ({changes}); "
                 "nothing was changed. Use another --workdir, or rerun with the old settings.")
     else:
         path.write_text(json.dumps(config, indent=2))

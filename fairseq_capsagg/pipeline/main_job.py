@@ -147,7 +147,8 @@ def main(argv=None) -> int:
         results["baseline-equal-time"] = dict(
             train_row("baseline-equal-time", "baseline", longer, earlier_seconds=base["train_seconds"],
                       start_from=work / "checkpoints" / "baseline", start_update=base["updates"]),
-            label=f"{fairseq_runs.label(fairseq_runs.BASELINE)} ({args.shape}), trained as long as row {args.systems.index(slowest) + 1}")
+            label=f"{fairseq_runs.label(fairseq_runs.BASELINE)} ({args.shape}), "
+                  f"trained as long as row {args.systems.index(slowest) + 1}")
         # the same wall-clock spent as: baseline for max_update, then the aggregator on top of it
         extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
         results[f"{slowest}-warm-start"] = dict(

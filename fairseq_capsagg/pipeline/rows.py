@@ -73,7 +73,8 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
         speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{name}.log", hp)
         hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
         return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                **scoring.corpus_scores(hyps, raw_refs, tokenize), "params": report.count_checkpoint_parameters(checkpoint)}
+                **scoring.corpus_scores(hyps, raw_refs, tokenize),
+                "params": report.count_checkpoint_parameters(checkpoint)}
 
     stage = f"translate and score {row.name}" + (f" ({variant.lstrip('.')})" if variant else "")
     return stages.run(stage, translate, hyp_file)

@@ -186,8 +186,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--speed-json", type=Path, default=Path("benchmarks/results/speed.json"),
                    help="--table peers: training-speed ratios that fix the updates of the equal wall-clock rows")
     p.add_argument("--second-seed", default=None,
-                   help="systems also trained with seed 2 ('' for none; with --table converged from scratch and, where the "
-                        "paper's protocol continues them, continued; default: "
+                   help="systems also trained with seed 2 ('' for none; with --table converged from scratch and, "
+                        "where the paper's protocol continues them, continued; default: "
                         + "; ".join(f"{table}: {','.join(seeds)}" for table, seeds in SECOND_SEED.items()) + ")")
     p.add_argument("--rows", default="", help="train only these rows (comma-separated names); default all")
     p.add_argument("--warm-updates", type=int, default=None,

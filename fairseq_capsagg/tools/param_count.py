@@ -63,7 +63,8 @@ def format_table(rows: List[Dict[str, object]]) -> str:
              "|---|---|---:|---:|---:|---:|"]
     for row in rows:
         family, shape = row["family"], row["shape"]
-        paper_delta = f"+{PAPER_TABLE1_DELTA_M[family]:.1f}M" if shape == "base" and family in PAPER_TABLE1_DELTA_M else ""
+        in_paper = shape == "base" and family in PAPER_TABLE1_DELTA_M
+        paper_delta = f"+{PAPER_TABLE1_DELTA_M[family]:.1f}M" if in_paper else ""
         paper_total = ""
         if shape in PAPER_TABLE2_M and family in ("baseline", "emrouting"):
             paper_total = f"{PAPER_TABLE2_M[shape][0 if family == 'baseline' else 1]:.0f}M"

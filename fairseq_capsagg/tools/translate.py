@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the checkpoint's file name in --model-dir (default checkpoint_best.pt)")
     parser.add_argument("--data", required=True, help="the data-bin directory with the dictionaries")
     subwords = parser.add_mutually_exclusive_group(required=True)
-    subwords.add_argument("--sentencepiece-model", help="the model's sentencepiece model (fairseq's --bpe sentencepiece)")
+    subwords.add_argument("--sentencepiece-model",
+                          help="the model's sentencepiece model (fairseq's --bpe sentencepiece)")
     subwords.add_argument("--bpe-codes", help="the model's subword-nmt codes (fairseq's --bpe subword_nmt)")
     parser.add_argument("--beam", type=int, default=4, help="beam size (default 4)")
     parser.add_argument("--input", default="-", help="input file (default: standard input)")
