@@ -44,13 +44,13 @@ import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, NamedTuple, Optional
 
 from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, fairseq_runs, length_penalty, provenance, reference_pack, report
+from . import converged, converged_report, fairseq_runs, length_penalty, provenance, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_cells, score_row, tune_row
@@ -376,69 +376,88 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
     return "\n".join(out) + "\n"
 
 
+class Prepared(NamedTuple):
+    """What every table trains and scores on: the binarised pair, fairseq's settings and the test references."""
+    data_bin: Path
+    hp: Dict[str, object]
+    raw_refs: List[str]
+    num_test: int
+    valid_refs: List[str]
+    caption_head: str  # the test split, the shape and the tokens per update
+    caption_tail: str  # the device, the beam and sacrebleu's tokenisation where not its default
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     work = args.workdir
     try:
         stages = open_workdir(work, config_of(args))
-    except WorkdirError as e:
+        # the pair's bundled corpus (by default the paper's Table 1 task, En->De), in sentencepiece subwords
+        corpus_dir = unpack_corpus(corpus_mod.bundled_corpus(args.pair), work / "corpus", args.pair, stages)
+        imported = (None if args.reference_from is None else
+                    reference_pack.import_into(args.reference_from, work, stages, config_of(args)))
+        prepared = prepare(args, stages, corpus_dir)
+    except (WorkdirError, corpus_mod.CorpusError, reference_pack.PackError, VocabularyTooSmall) as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
-    # the pair's bundled corpus (by default the paper's Table 1 task, En->De), in sentencepiece subwords
-    pair, tokenize = args.pair, args.sacrebleu_tokenize
-    tarball = corpus_mod.bundled_corpus(pair)
-    try:
-        corpus_dir = unpack_corpus(tarball, work / "corpus", pair, stages)
-    except corpus_mod.CorpusError as e:
-        print(f"table1: error: {e}", file=sys.stderr)
-        return 2
-    imported = None
-    if args.reference_from is not None:
-        try:
-            imported = reference_pack.import_into(args.reference_from, work, stages, config_of(args))
-        except reference_pack.PackError as e:
-            print(f"table1: error: {e}", file=sys.stderr)
-            return 2
-    try:
-        data_bin = prepare_data(work, corpus_dir, pair, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
-                                stages)
-    except VocabularyTooSmall as e:
-        print(f"table1: error: {e}", file=sys.stderr)
-        return 2
+    rows = rows_of(args)
+    if args.table == "converged":
+        return run_converged(args, stages, prepared, rows, imported)
+    run_table(args, stages, prepared, rows)
+    return 0
+
+
+def prepare(args: argparse.Namespace, stages: Stages, corpus_dir: Path) -> Prepared:
+    """The corpus of ``args.pair`` in subwords and binarised, fairseq's settings, the references and the
+    captions' common parts."""
+    work, pair = args.workdir, args.pair
+    data_bin = prepare_data(work, corpus_dir, pair, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
+                            stages)
     hp = hparams(args, pair, SUBWORDS, save_interval_updates=args.save_interval)
     raw_refs, num_test = references(work, corpus_dir, SUBWORDS, pair[1])
     valid_refs, _ = references(work, corpus_dir, SUBWORDS, pair[1], "valid")
     direction = "" if pair == PAIR else f"{pair[0]}->{pair[1]}, "
-    test_split = (f"Test split of the bundled {tarball.name} corpus ({direction}{num_test} sentences"
-                  f"{', --quick subset' if args.quick else ''})")
+    test_split = (f"Test split of the bundled {corpus_mod.bundled_corpus(pair).name} corpus ({direction}{num_test} "
+                  f"sentences{', --quick subset' if args.quick else ''})")
+    tokenize = args.sacrebleu_tokenize
     bleu_signature = "" if tokenize == BLEU.TOKENIZER_DEFAULT else f" BLEU tokenised with sacrebleu's {tokenize}."
+    return Prepared(data_bin, hp, raw_refs, num_test, valid_refs, f"{test_split}; shape {args.shape}",
+                    f"{provenance.device_name(args.gpu)}; beam {args.beam}.{bleu_signature}")
 
-    rows = rows_of(args)
-    device = provenance.device_name(args.gpu)
-    if args.table == "converged":
-        caption = (f"{test_split}; shape {args.shape}; <= {args.max_tokens} tokens per "
-                   f"update; lr {args.lr}, warm-up {args.warmup}, inverse square root; {device}; beam {args.beam}."
-                   f"{bleu_signature}")
-        if imported:
-            source = imported["config"]
-            caption += (f" `{converged.REFERENCE}` imported from {imported['source']} (trained there with <= "
-                        f"{source['max_tokens']} tokens per update, lr {source['lr']}, warm-up {source['warmup']}).")
 
-        comparison = converged.ConvergedTable(args, stages, data_bin, hp, raw_refs, num_test, valid_refs, imported)
+def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row],
+                  imported: Optional[Dict[str, object]]) -> int:
+    """``--table converged``: trains and scores its rows (:mod:`.converged`), writing the tables
+    (:mod:`.converged_report`) after each; 1 if a row failed."""
+    caption = (f"{prepared.caption_head}; <= {args.max_tokens} tokens per update; lr {args.lr}, warm-up "
+               f"{args.warmup}, inverse square root; {prepared.caption_tail}")
+    if imported:
+        source = imported["config"]
+        caption += (f" `{converged.REFERENCE}` imported from {imported['source']} (trained there with <= "
+                    f"{source['max_tokens']} tokens per update, lr {source['lr']}, warm-up {source['warmup']}).")
+    comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
+                                          prepared.num_test, prepared.valid_refs, imported)
 
-        def report_converged(results: Dict[str, Dict[str, object]]) -> None:
-            equivalence = converged.compute_equivalence(rows, results)
-            payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
-                       "results": results, "failures": comparison.failures, "compute_equivalence": equivalence,
-                       "continued_step0": comparison.step0, "lenpen_grid": args.lenpen_grid}
-            curves = args.workdir / f"{pair_suffixed('converged', pair)}-curves.png"
-            converged.plot_curves(rows, results, equivalence, curves)
-            markdown = converged.format_tables(rows, results, equivalence, caption, args, comparison.failures,
-                                               comparison.step0)
-            write_outputs(args, markdown, payload, [curves])
+    def report_converged(results: Dict[str, Dict[str, object]]) -> None:
+        equivalence = converged_report.compute_equivalence(rows, results)
+        payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
+                   "results": results, "failures": comparison.failures, "compute_equivalence": equivalence,
+                   "continued_step0": comparison.step0, "lenpen_grid": args.lenpen_grid}
+        curves = args.workdir / f"{pair_suffixed('converged', args.pair)}-curves.png"
+        converged_report.plot_curves(rows, results, equivalence, curves)
+        markdown = converged_report.format_tables(rows, results, equivalence, caption, args,
+                                                  comparison.failures, comparison.step0)
+        write_outputs(args, markdown, payload, [curves])
 
-        comparison.run(rows, report_converged)
-        return 1 if comparison.failures else 0
+    comparison.run(rows, report_converged)
+    return 1 if comparison.failures else 0
+
+
+def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> None:
+    """``--table paper`` or ``peers``: trains the rows asked for and not trained yet, scores every trained row
+    and writes the table."""
+    work, tokenize = args.workdir, args.sacrebleu_tokenize
+    data_bin, hp, raw_refs, num_test = prepared.data_bin, prepared.hp, prepared.raw_refs, prepared.num_test
     results: Dict[str, Dict[str, object]] = {}
     for row in rows:
         done = f"translate and score {row.name}" in stages.done
@@ -453,8 +472,9 @@ def main(argv=None) -> int:
                                  "valid": fairseq_runs.final_valid_loss(work / "logs" / f"train-{row.name}.log"),
                                  "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
             if args.lenpen_grid:
-                results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test, valid_refs,
-                                                      Path(results[row.name]["checkpoint"]), tokenize)
+                results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test,
+                                                      prepared.valid_refs, Path(results[row.name]["checkpoint"]),
+                                                      tokenize)
     translations = work / "translations"
     compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test, tokenize)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
@@ -465,16 +485,14 @@ def main(argv=None) -> int:
             results["scratch-baseline-s1"]["checkpoint"], data_bin, args.shape))
     warm = (f"warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); " if args.table == "paper"
             else "")
-    caption = (f"{test_split}; shape {args.shape}; from scratch {args.max_update} "
-               f"updates, {warm}<= {args.max_tokens} tokens per update; lr {args.lr}, warm-up {args.warmup}; "
-               f"{device}; beam {args.beam}.{bleu_signature}")
+    caption = (f"{prepared.caption_head}; from scratch {args.max_update} updates, {warm}<= {args.max_tokens} "
+               f"tokens per update; lr {args.lr}, warm-up {args.warmup}; {prepared.caption_tail}")
     table = format_tables(rows, results, caption, args) + ("\n" + report.format_step0(step0) if step0 else "")
     payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                "results": results, "warm_start_step0": step0, "lenpen_grid": args.lenpen_grid}
     if args.table == "peers":
         payload["speed_ratios"] = {"source": str(args.speed_json), "ratios": args.speed_ratios}
     write_outputs(args, table, payload)
-    return 0
 
 
 def unscored_here(published: Path, payload: Dict[str, object]) -> List[str]:

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, List
 
-from fairseq_capsagg.pipeline import converged, report, table1
+from fairseq_capsagg.pipeline import converged_report, report, table1
 from fairseq_capsagg.pipeline.rows import Row
 
 
@@ -29,6 +29,6 @@ def converged_table(payload: Dict[str, object]) -> str:
     config = payload["config"]
     args = argparse.Namespace(**{key: config[key] for key in (
         "warm_updates", "warmup", "validate_interval_updates", "patience_updates", "update_cap")})
-    return converged.format_tables(published_rows(payload), payload["results"], payload["compute_equivalence"],
-                                   payload["caption"], args, payload.get("failures", {}),
-                                   payload.get("continued_step0"))
+    return converged_report.format_tables(published_rows(payload), payload["results"],
+                                          payload["compute_equivalence"], payload["caption"], args,
+                                          payload.get("failures", {}), payload.get("continued_step0"))

@@ -16,7 +16,7 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootSchedule,
 )
 
-from fairseq_capsagg.pipeline import converged, convergence, fairseq_runs, reference_pack, table1
+from fairseq_capsagg.pipeline import converged, converged_report, convergence, fairseq_runs, reference_pack, table1
 from fairseq_capsagg.pipeline.experiment import Stages
 from helpers import ROOT, TRAIN_LOG, build_tiny_model
 
@@ -187,7 +187,8 @@ def test_search_errors_count_references_the_model_prefers(tmp_path):
 
 
 def test_compute_equivalence_is_read_from_the_curves():
-    from fairseq_capsagg.pipeline.converged import REFERENCE, compute_equivalence
+    from fairseq_capsagg.pipeline.converged import REFERENCE
+    from fairseq_capsagg.pipeline.converged_report import compute_equivalence
     from fairseq_capsagg.pipeline.rows import Row
 
     def curve(*losses):
@@ -248,7 +249,7 @@ def test_an_aggregators_second_seed_is_paired_with_the_transformer_of_its_seed(s
                if name.startswith("continued-") and name != "continued-dyncomb-s2" and row.system != "baseline")
     args = argparse.Namespace(warm_updates=3000, warmup=200, validate_interval_updates=500, patience_updates=3000,
                               update_cap=30000)
-    titles = [line for line in converged.format_tables(list(rows.values()), {}, None, "", args).splitlines()
+    titles = [line for line in converged_report.format_tables(list(rows.values()), {}, None, "", args).splitlines()
               if line.startswith("### ")]
     paired = "baseline" in second_seed
     assert ("`continued-dyncomb-s2` against `continued-baseline-s2`, the Transformer of the same seed" in titles[1]) \
@@ -315,7 +316,7 @@ def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
     table.run(rows, reports.append)
     assert trained == ["converged-dyncomb-s1"] and len(reports) == 3  # after the failure, the row, the end
     assert table.failures == {converged.REFERENCE: "fairseq-train failed with exit code 1; its log is from-0.log"}
-    markdown = converged.format_tables(rows, {}, None, "caption", args, table.failures)
+    markdown = converged_report.format_tables(rows, {}, None, "caption", args, table.failures)
     assert (f"| {converged.REFERENCE} | Transformer | 1 | failed: fairseq-train failed with exit code 1; its log is "
             "from-0.log |") in markdown
     assert "| continued-dyncomb | + Dynamic Combination | 1 | pending |" in markdown
