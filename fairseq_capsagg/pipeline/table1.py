@@ -383,7 +383,7 @@ class Prepared(NamedTuple):
     raw_refs: List[str]
     num_test: int
     valid_refs: List[str]
-    caption_head: str  # the test split, the shape and the tokens per update
+    caption_head: str  # the test split and the shape
     caption_tail: str  # the device, the beam and sacrebleu's tokenisation where not its default
 
 
@@ -393,10 +393,11 @@ def main(argv=None) -> int:
     try:
         stages = open_workdir(work, config_of(args))
         # the pair's bundled corpus (by default the paper's Table 1 task, En->De), in sentencepiece subwords
-        corpus_dir = unpack_corpus(corpus_mod.bundled_corpus(args.pair), work / "corpus", args.pair, stages)
+        tarball = corpus_mod.bundled_corpus(args.pair)
+        corpus_dir = unpack_corpus(tarball, work / "corpus", args.pair, stages)
         imported = (None if args.reference_from is None else
                     reference_pack.import_into(args.reference_from, work, stages, config_of(args)))
-        prepared = prepare(args, stages, corpus_dir)
+        prepared = prepare(args, stages, corpus_dir, tarball.name)
     except (WorkdirError, corpus_mod.CorpusError, reference_pack.PackError, VocabularyTooSmall) as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
@@ -407,9 +408,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def prepare(args: argparse.Namespace, stages: Stages, corpus_dir: Path) -> Prepared:
-    """The corpus of ``args.pair`` in subwords and binarised, fairseq's settings, the references and the
-    captions' common parts."""
+def prepare(args: argparse.Namespace, stages: Stages, corpus_dir: Path, corpus_name: str) -> Prepared:
+    """The corpus of ``args.pair`` (unpacked in ``corpus_dir`` from ``corpus_name``) in subwords and binarised,
+    fairseq's settings, the references and the captions' common parts."""
     work, pair = args.workdir, args.pair
     data_bin = prepare_data(work, corpus_dir, pair, SUBWORDS, args.vocab_size, args.max_train_tokens, args.quick,
                             stages)
@@ -417,8 +418,8 @@ def prepare(args: argparse.Namespace, stages: Stages, corpus_dir: Path) -> Prepa
     raw_refs, num_test = references(work, corpus_dir, SUBWORDS, pair[1])
     valid_refs, _ = references(work, corpus_dir, SUBWORDS, pair[1], "valid")
     direction = "" if pair == PAIR else f"{pair[0]}->{pair[1]}, "
-    test_split = (f"Test split of the bundled {corpus_mod.bundled_corpus(pair).name} corpus ({direction}{num_test} "
-                  f"sentences{', --quick subset' if args.quick else ''})")
+    test_split = (f"Test split of the bundled {corpus_name} corpus ({direction}{num_test} sentences"
+                  f"{', --quick subset' if args.quick else ''})")
     tokenize = args.sacrebleu_tokenize
     bleu_signature = "" if tokenize == BLEU.TOKENIZER_DEFAULT else f" BLEU tokenised with sacrebleu's {tokenize}."
     return Prepared(data_bin, hp, raw_refs, num_test, valid_refs, f"{test_split}; shape {args.shape}",
