@@ -30,11 +30,14 @@ session() {
            --decode-sentences 2 --vocab 500)
     converged=(--quick --report-only)
     compiled=(baseline)  # compiling mHC takes minutes on 2 cores (tests/integration/test_compiled_sinkhorn.py)
+    # two tiny systems take seconds on an idle CPU, minutes on a slow one or one shared with a training
+    speed_limit=400 compiled_limit=300
   else
     speed=(--device cuda --shapes base --systems "${SYSTEMS[@]}" --tokens 16384 --length 64 --steps 10 --warmup 3
            --decode-sentences 64)
     converged=()
     compiled=(baseline mhc)
+    speed_limit=110 compiled_limit=90
   fi
 
   if [[ ${1:-} != --cpu ]] && ! bash examples/converged_gpu.sh packed; then
@@ -42,7 +45,7 @@ session() {
     echo "[gpu-session] no converged Transformer packed (examples/converged_gpu.sh pack): the paper's protocol" \
          "is skipped, the speed benchmark gets its time"
     speed+=(--repeats 2)
-    SPEED_LIMIT=${SPEED_LIMIT:-400}
+    speed_limit=400
   else
     # about 3 minutes a row on an H200 after 40 s of import: 575 s score the Transformer continued and two
     # aggregators, or nearly, and leave the speed steps no time in the device's 600 s unless asked for
@@ -50,18 +53,19 @@ session() {
     # examples/converged_gpu.sh run`, resumes in the warm machine's runs/converged-gpu and scores the rest
     LIMIT=${LIMIT:-575} bash examples/converged_gpu.sh run "${converged[@]}" ||
       echo "[gpu-session] the converged comparison failed or ran out of time (exit $?); the speed benchmark runs"
-    [[ ${1:-} == --cpu ]] || { SPEED_LIMIT=${SPEED_LIMIT:-0}; COMPILED_LIMIT=${COMPILED_LIMIT:-0}; }
+    [[ ${1:-} == --cpu ]] || speed_limit=0 compiled_limit=0
   fi
-  if (( ${SPEED_LIMIT:-110} > 0 )); then
-    timeout "${SPEED_LIMIT:-110}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --output-dir "$OUT/speed-gpu" ||
+  speed_limit=${SPEED_LIMIT:-$speed_limit} compiled_limit=${COMPILED_LIMIT:-$compiled_limit}
+  if (( speed_limit > 0 )); then
+    timeout "$speed_limit" "$PYTHON" benchmarks/speed.py "${speed[@]}" --output-dir "$OUT/speed-gpu" ||
       echo "[gpu-session] the speed benchmark failed or ran out of time (exit $?); mHC compiled runs"
   else
     echo "[gpu-session] the speed benchmark is skipped (SPEED_LIMIT=0)"
   fi
   # the eager Sinkhorn's many tiny kernels held mHC to 0.21x on an H200 at 2,048 tokens, 0.59x at 16,384
   # (docs/results.md): fused, with the compile time spent in the warm-up steps
-  if (( ${COMPILED_LIMIT:-90} > 0 )); then
-    timeout "${COMPILED_LIMIT:-90}" "$PYTHON" benchmarks/speed.py "${speed[@]}" --systems "${compiled[@]}" \
+  if (( compiled_limit > 0 )); then
+    timeout "$compiled_limit" "$PYTHON" benchmarks/speed.py "${speed[@]}" --systems "${compiled[@]}" \
       --model-args=--compile-sinkhorn --output-dir "$OUT/speed-gpu-compiled" ||
       echo "[gpu-session] mHC with --compile-sinkhorn failed or ran out of time (exit $?)"
   else
