@@ -18,7 +18,7 @@ corpus -> subwords -> binarise -> train (every system, same number of updates)
 import argparse
 import sys
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
@@ -26,7 +26,7 @@ from ..analysis import scoring
 from . import corpus as corpus_mod
 from . import fairseq_runs, provenance, report, subwords
 from .data import prepare_data, references, unpack_corpus
-from .experiment import WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
+from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, score_row
 from .warm_starts import step0_losses
 
@@ -80,106 +80,124 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
     return config
 
 
+def locate_corpus(args: argparse.Namespace) -> Optional[corpus_mod.CorpusTarball]:
+    """The corpus to unpack (``--corpus`` as a tarball, or the pair's bundled one), or None for ``--corpus`` as a
+    directory, checked here: a bad corpus stops the job before its work directory is made."""
+    if args.corpus is None:
+        return corpus_mod.bundled_corpus(args.pair)
+    if args.corpus.is_file():
+        return corpus_mod.CorpusTarball(args.corpus, "")  # the user's tarball: no checksum to check
+    corpus_mod.check_corpus_dir(args.corpus, args.pair)
+    return None
+
+
+class Setup(NamedTuple):
+    """What every row of the main job trains with."""
+    work: Path
+    stages: Stages
+    data_bin: Path
+    hp: Dict[str, object]
+    shape: str
+    model_args: List[str]  # --model-args, given to every system but the Transformer
+
+
+def train_row(setup: Setup, name: str, system: str, max_update: int, extra: Sequence[str] = (),
+              earlier_seconds: float = 0.0, start_from: Optional[Path] = None,
+              start_update: int = 0) -> Dict[str, object]:
+    """Trains one row's model (resuming if interrupted; from a copy of ``start_from``'s checkpoints if given) and
+    reads fairseq's speed summary of the updates after ``start_update``."""
+    save_dir = setup.work / "checkpoints" / name
+    log = setup.work / "logs" / f"train-{name}.log"
+
+    def run():
+        if start_from is not None:
+            fairseq_runs.continue_from(start_from, save_dir)
+        fairseq_runs.train(setup.data_bin, save_dir, system, setup.shape, max_update, setup.hp, log,
+                           extra=[*extra, *(setup.model_args if system != fairseq_runs.BASELINE else [])])
+        summary = fairseq_runs.train_summary(log, start_update)
+        # fairseq's train_wall covers this process only: earlier_seconds adds what came before
+        return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
+                "target_tokens_per_s": summary["wps"], "train_seconds": earlier_seconds + summary["train_wall"]}
+
+    return dict(setup.stages.run(f"train {name}", run, save_dir / "checkpoint_last.pt"), system=system,
+                checkpoint=str(save_dir / "checkpoint_last.pt"))
+
+
+def equal_time_rows(args: argparse.Namespace, setup: Setup,
+                    results: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
+    """The same wall-clock as the slowest system spent, spent two other ways: the Transformer trained on, and the
+    slowest system warm-started from the Transformer for the time left; none when the Transformer is not the
+    first system or is itself the slowest."""
+    reference = args.systems[0]
+    slowest = max(args.systems, key=lambda s: results[s]["train_seconds"])
+    if reference != fairseq_runs.BASELINE or slowest == reference:
+        return {}
+    base, slow = results[reference], results[slowest]
+    position = args.systems.index(slowest) + 1
+    longer = int(round(args.max_update * slow["train_seconds"] / base["train_seconds"]))
+    rows = {"baseline-equal-time": dict(
+        train_row(setup, "baseline-equal-time", reference, longer, earlier_seconds=base["train_seconds"],
+                  start_from=setup.work / "checkpoints" / reference, start_update=base["updates"]),
+        label=f"{fairseq_runs.label(reference)} ({args.shape}), trained as long as row {position}")}
+    extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
+    warm = train_row(setup, f"{slowest}-warm-start", slowest, extra_updates, earlier_seconds=base["train_seconds"],
+                     extra=["--finetune-from-model", base["checkpoint"]])
+    rows[f"{slowest}-warm-start"] = dict(
+        warm, updates=warm["updates"] + base["updates"],
+        label=f"{fairseq_runs.label(slowest)} ({args.shape}), warm-started from row 1, trained as long as row "
+              f"{position}")
+    return rows
+
+
+def caption_of(args: argparse.Namespace, tarball: Optional[corpus_mod.CorpusTarball], num_test: int,
+               signature: Dict[str, str]) -> str:
+    """The results table's caption: the test split, the training and sacrebleu's signatures."""
+    corpus_name = f"the bundled {tarball.name} corpus" if args.corpus is None else args.corpus
+    return (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"
+            f" ({num_test} sentences{', --quick subset' if args.quick else ''}); {args.subwords} subwords; "
+            f"shape {args.shape}; {args.max_update} updates of <= {args.max_tokens} tokens; "
+            f"{provenance.device_name(args.gpu)}; beam {args.beam}. sacrebleu: BLEU {signature['bleu']}; "
+            f"chrF {signature['chrf']}.")
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     work = args.workdir
     try:
         config = config_of(args)
-        tarball = None
-        if args.corpus is None:
-            tarball = corpus_mod.bundled_corpus(args.pair)
-        elif args.corpus.is_file():
-            tarball = corpus_mod.CorpusTarball(args.corpus, "")  # the user's tarball: no checksum to check
-        else:
-            corpus_mod.check_corpus_dir(args.corpus, args.pair)
+        tarball = locate_corpus(args)
         stages = open_workdir(work, config)
-    except (corpus_mod.CorpusError, WorkdirError) as e:
-        print(f"main_job: error: {e}", file=sys.stderr)
-        return 2
-    subword = subwords.subword_model(args.subwords, work)
-    hp = hparams(args, args.pair, subword.fairseq_bpe, seed=args.seed)
-
-    try:
         corpus_dir = args.corpus if tarball is None else unpack_corpus(tarball, work / "corpus", args.pair, stages)
-    except corpus_mod.CorpusError as e:
-        print(f"main_job: error: {e}", file=sys.stderr)
-        return 2
-
-    try:
         data_bin = prepare_data(work, corpus_dir, args.pair, args.subwords, args.bpe_merges or args.vocab_size,
                                 args.max_train_tokens, args.quick, stages)
-    except subwords.VocabularyTooSmall as e:
+    except (corpus_mod.CorpusError, WorkdirError, subwords.VocabularyTooSmall) as e:
         print(f"main_job: error: {e}", file=sys.stderr)
         return 2
+    hp = hparams(args, args.pair, subwords.subword_model(args.subwords, work).fairseq_bpe, seed=args.seed)
+    setup = Setup(work, stages, data_bin, hp, args.shape, args.model_args.split())
 
-    model_args = args.model_args.split()
-
-    def train_row(name: str, system: str, max_update: int, extra=(), earlier_seconds: float = 0.0,
-                  start_from: Path = None, start_update: int = 0):
-        """Trains one row's model (resuming if interrupted) and reads fairseq's speed summary."""
-        save_dir = work / "checkpoints" / name
-        log = work / "logs" / f"train-{name}.log"
-
-        def run():
-            if start_from is not None:
-                fairseq_runs.continue_from(start_from, save_dir)
-            fairseq_runs.train(data_bin, save_dir, system, args.shape, max_update, hp, log,
-                               extra=[*extra, *(model_args if system != "baseline" else [])])
-            summary = fairseq_runs.train_summary(log, start_update)
-            # fairseq's train_wall covers this process only: earlier_seconds adds what came before
-            return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
-                    "target_tokens_per_s": summary["wps"],
-                    "train_seconds": earlier_seconds + summary["train_wall"]}
-
-        return dict(stages.run(f"train {name}", run, save_dir / "checkpoint_last.pt"), system=system,
-                    checkpoint=str(save_dir / "checkpoint_last.pt"))
-
-    results: Dict[str, Dict[str, object]] = {}
-    for system in args.systems:
-        results[system] = dict(train_row(system, system, args.max_update),
-                               label=f"{fairseq_runs.label(system)} ({args.shape})")
-
-    reference = args.systems[0]
-    slowest = max(args.systems, key=lambda s: results[s]["train_seconds"])
-    if reference == "baseline" and slowest != reference and not args.no_equal_time:
-        base, slow = results[reference], results[slowest]
-        longer = int(round(args.max_update * slow["train_seconds"] / base["train_seconds"]))
-        results["baseline-equal-time"] = dict(
-            train_row("baseline-equal-time", "baseline", longer, earlier_seconds=base["train_seconds"],
-                      start_from=work / "checkpoints" / "baseline", start_update=base["updates"]),
-            label=f"{fairseq_runs.label(fairseq_runs.BASELINE)} ({args.shape}), "
-                  f"trained as long as row {args.systems.index(slowest) + 1}")
-        # the same wall-clock spent as: baseline for max_update, then the aggregator on top of it
-        extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
-        results[f"{slowest}-warm-start"] = dict(
-            train_row(f"{slowest}-warm-start", slowest, extra_updates, earlier_seconds=base["train_seconds"],
-                      extra=["--finetune-from-model", str(work / "checkpoints" / "baseline" / "checkpoint_last.pt")]),
-            label=f"{fairseq_runs.label(slowest)} ({args.shape}), warm-started from row 1, trained as long as row "
-                  f"{args.systems.index(slowest) + 1}")
-        results[f"{slowest}-warm-start"]["updates"] += base["updates"]
-
+    results: Dict[str, Dict[str, object]] = {
+        system: dict(train_row(setup, system, system, args.max_update),
+                     label=f"{fairseq_runs.label(system)} ({args.shape})") for system in args.systems}
     step0 = None
-    if "baseline" in results and not args.no_equal_time:
-        step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
-            results["baseline"]["checkpoint"], data_bin, args.shape))
+    if not args.no_equal_time:
+        results.update(equal_time_rows(args, setup, results))
+        if fairseq_runs.BASELINE in results:
+            step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
+                results[fairseq_runs.BASELINE]["checkpoint"], data_bin, args.shape))
 
     raw_refs, num_test = references(work, corpus_dir, args.subwords, args.target_lang)
     tokenize = args.sacrebleu_tokenize
-    rows = [Row(name, row["system"], "scratch", args.seed, next(iter(results))) for name, row in results.items()]
+    rows = [Row(name, row["system"], "scratch", args.seed, args.systems[0]) for name, row in results.items()]
     for row in rows:
         results[row.name].update(score_row(row, args, data_bin, stages, hp, raw_refs, num_test,
                                            Path(results[row.name]["checkpoint"]), tokenize=tokenize))
     print("[main-job] significance ...", flush=True)
     compare(rows, results, lambda name: work / "translations" / f"{name}.txt", raw_refs, num_test, tokenize,
             details=False)
-    device = provenance.device_name(args.gpu)
-    corpus_name = f"the bundled {tarball.name} corpus" if args.corpus is None else args.corpus
     signature = scoring.signatures(tokenize)
-    caption = (f"{args.source_lang}->{args.target_lang}, test split of {corpus_name}"
-               f" ({num_test} sentences{', --quick subset' if args.quick else ''}); {args.subwords} subwords; "
-               f"shape {args.shape}; {args.max_update} updates of <= {args.max_tokens} tokens; {device}; "
-               f"beam {args.beam}. sacrebleu: BLEU {signature['bleu']}; chrF {signature['chrf']}.")
-    path = report.write_report(list(results.values()), work, caption, step0, sacrebleu=signature)
+    path = report.write_report(list(results.values()), work, caption_of(args, tarball, num_test, signature), step0,
+                               sacrebleu=signature)
     print(f"[main-job] results written to {path} and {work / 'results.json'}\n")
     print(path.read_text())
     return 0
