@@ -166,7 +166,7 @@ def rows_of(args: argparse.Namespace) -> List[Row]:
     return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="table1", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=None,
                    help="default runs/table1 (the paper's table and the peers, which share rows), runs/converged; "
@@ -214,11 +214,30 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="also write the tables as DIR/{table1,peers,converged}-{cpu,gpu}.{md,json}, unless the "
                         "table there has results of rows this work directory has not scored (then it stays)")
     add_setup_flags(p)
+    return p
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """The flags with their table's defaults, checked: a bad one stops here with one error line naming it."""
+    p = build_parser()
     args = p.parse_args(argv)
     args.pair = (args.source_lang, args.target_lang)
     if args.pair not in corpus_mod.BUNDLED:
         p.error(f"--source-lang {args.source_lang} --target-lang {args.target_lang}: no bundled corpus of that "
                 f"pair; choose from {bundled_pairs()}")
+    apply_table_defaults(args)
+    try:
+        check_settings(args)
+        if args.quick:
+            apply_quick(args)
+        check_table(args)
+    except ValueError as e:
+        p.error(str(e))
+    return args
+
+
+def apply_table_defaults(args: argparse.Namespace) -> None:
+    """The flags left unset take ``args.table``'s defaults; the comma-separated lists become lists."""
     args.sacrebleu_tokenize = scoring.bleu_tokenizer(args.target_lang)
     if args.workdir is None:
         args.workdir = Path("runs/" + pair_suffixed("converged" if args.table == "converged" else "table1", args.pair))
@@ -235,39 +254,41 @@ def parse_args(argv=None) -> argparse.Namespace:
         setattr(args, key, [s.strip() for s in (getattr(args, key) or "").split(",") if s.strip()])
     if default_second_seed:
         args.second_seed = [s for s in SECOND_SEED[args.table] if s in args.systems]
+
+
+def check_settings(args: argparse.Namespace) -> None:
+    """ValueError naming the flag when a system, the length-penalty grid or a number of updates is not one
+    allowed; the grid becomes its sorted numbers."""
     bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.systems()]
     if bad or "baseline" not in args.systems:
-        p.error(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
-                f"{', '.join(fairseq_runs.systems())} (baseline is required)")
+        raise ValueError(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
+                         f"{', '.join(fairseq_runs.systems())} (baseline is required)")
     try:
         args.lenpen_grid = sorted({float(v) for v in args.lenpen_grid.split(",") if v.strip()})
     except ValueError:
-        p.error(f"--lenpen-grid: {args.lenpen_grid!r} is not a comma-separated list of numbers (e.g. 0.5,1,2)")
+        raise ValueError(f"--lenpen-grid: {args.lenpen_grid!r} is not a comma-separated list of numbers "
+                         "(e.g. 0.5,1,2)") from None
     if args.warm_updates < 1 or args.max_update < 1 or args.ramp_updates < 0:
-        p.error("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
-    if args.quick:
-        apply_quick(args)
+        raise ValueError("--max-update and --warm-updates must be >= 1 and --ramp-updates >= 0")
+
+
+def check_table(args: argparse.Namespace) -> None:
+    """ValueError naming the flag when a setting does not fit ``args.table`` (after ``--quick``'s); reads the
+    peers' speed ratios, and checks ``--rows`` against the table's rows."""
     if args.reference_from is not None and args.table != "converged":
-        p.error(f"--reference-from: only with --table converged (got --table {args.table})")
+        raise ValueError(f"--reference-from: only with --table converged (got --table {args.table})")
     if args.table == "converged":
-        try:
-            converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
-        except ValueError as e:
-            p.error(str(e))
+        converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
         if args.warm_updates % args.validate_interval_updates:
-            p.error(f"--warm-updates {args.warm_updates}: a multiple of --validate-interval-updates "
-                    f"{args.validate_interval_updates} (the continued rows are validated and averaged on that grid)")
-    args.speed_ratios = {}
-    if args.table == "peers":
-        try:
-            args.speed_ratios = read_speed_ratios(args.speed_json, args.shape, args.systems)
-        except ValueError as e:
-            p.error(str(e))
+            raise ValueError(f"--warm-updates {args.warm_updates}: a multiple of --validate-interval-updates "
+                             f"{args.validate_interval_updates} (the continued rows are validated and averaged on "
+                             "that grid)")
+    args.speed_ratios = (read_speed_ratios(args.speed_json, args.shape, args.systems) if args.table == "peers"
+                         else {})
     names = [row.name for row in rows_of(args)]
     unknown = [r for r in args.rows if r not in names]
     if unknown:
-        p.error(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
-    return args
+        raise ValueError(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
 
 
 def config_of(args: argparse.Namespace) -> Dict[str, object]:
