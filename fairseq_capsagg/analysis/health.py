@@ -100,38 +100,51 @@ def composite_gain(mixing: List[torch.Tensor], real: torch.Tensor) -> float:
     return float(torch.maximum(rows, columns)[real].max())
 
 
+def watch_output(side: str, stack, outputs: Dict[str, Dict[str, float]]):
+    """A forward hook on what ``stack`` (one side of the model) hands on, writing into ``outputs[side]`` its
+    standard deviation and, through the LayerNorm that ends the side if there is one, the normalised one and
+    the share of that norm's variance that is its epsilon. Returns the hook's handle."""
+    # pre-norm: the final LayerNorm; post-norm: the routed aggregate's LayerNorm, if any
+    norm = stack.layer_norm if stack.layer_norm is not None else getattr(stack, "aggregate_norm", None)
+
+    def after_norm(module, inputs, output):
+        aggregate = inputs[0].detach().float()
+        var = aggregate.var(dim=-1, unbiased=False).mean()
+        outputs[side] = {"aggregate_std": float(aggregate.std()),
+                         "normalised_std": float(output.detach().float().std()),
+                         "eps_share": float(module.eps / (var + module.eps))}
+
+    def without_norm(module, inputs, output):
+        output = output[0] if isinstance(output, tuple) else output  # a decoder layer's (x, attn, state)
+        outputs[side] = {"aggregate_std": float(output.detach().float().std()), "normalised_std": float("nan"),
+                         "eps_share": float("nan")}
+
+    if norm is not None:
+        return norm.register_forward_hook(after_norm)
+    if getattr(stack, "aggregates", False):
+        return stack.aggregator.register_forward_hook(without_norm)
+    if getattr(stack, "dense_connections", None) is not None:
+        return stack.dense_connections.connections[-1].register_forward_hook(without_norm)
+    # a post-norm Transformer side (ours or fairseq's own): its output is its top layer's
+    return stack.layers[-1].register_forward_hook(without_norm)
+
+
+def agreement_entropies(routing: Dict[str, torch.nn.Module], outputs: Dict[str, Dict[str, float]]) -> None:
+    """The routing's agreement entropy of the last iteration on each side, over its maximum (log of the number of
+    capsules to choose from), into ``outputs[side]``; the captured agreement is cleared."""
+    for side, module in routing.items():
+        accumulator = AgreementAccumulator()
+        accumulator.add(module)
+        module.agreement = []
+        if accumulator.entropy_choices > 1:  # one capsule to choose from: nothing to route
+            outputs[side]["agreement_entropy"] = (accumulator.summary()["entropy"][-1]
+                                                  / math.log(accumulator.entropy_choices))
+
+
 def forward_backward(model, criterion, sample) -> Dict[str, object]:
     """One forward and backward pass; returns the output statistics and gradient norms."""
     outputs: Dict[str, Dict[str, float]] = {}
-    hooks = []
-
-    def watch(side: str, stack) -> None:
-        # pre-norm: the final LayerNorm; post-norm: the routed aggregate's LayerNorm, if any
-        norm = stack.layer_norm if stack.layer_norm is not None else getattr(stack, "aggregate_norm", None)
-
-        def after_norm(module, inputs, output):
-            aggregate = inputs[0].detach().float()
-            var = aggregate.var(dim=-1, unbiased=False).mean()
-            outputs[side] = {"aggregate_std": float(aggregate.std()),
-                             "normalised_std": float(output.detach().float().std()),
-                             "eps_share": float(module.eps / (var + module.eps))}
-
-        def without_norm(module, inputs, output):
-            output = output[0] if isinstance(output, tuple) else output  # a decoder layer's (x, attn, state)
-            outputs[side] = {"aggregate_std": float(output.detach().float().std()), "normalised_std": float("nan"),
-                             "eps_share": float("nan")}
-
-        if norm is not None:
-            hooks.append(norm.register_forward_hook(after_norm))
-        elif getattr(stack, "aggregates", False):
-            hooks.append(stack.aggregator.register_forward_hook(without_norm))
-        elif getattr(stack, "dense_connections", None) is not None:
-            hooks.append(stack.dense_connections.connections[-1].register_forward_hook(without_norm))
-        else:  # a post-norm Transformer side (ours or fairseq's own): its output is its top layer's
-            hooks.append(stack.layers[-1].register_forward_hook(without_norm))
-
-    watch("encoder", model.encoder)
-    watch("decoder", model.decoder)
+    hooks = [watch_output("encoder", model.encoder, outputs), watch_output("decoder", model.decoder, outputs)]
     mixing, mixing_hooks = capture_stream_mixing(model)
     hooks += mixing_hooks
     routing = routing_modules(model)
@@ -146,13 +159,7 @@ def forward_backward(model, criterion, sample) -> Dict[str, object]:
             module.capture_agreement = False
         for hook in hooks:
             hook.remove()
-    for side, module in routing.items():
-        accumulator = AgreementAccumulator()
-        accumulator.add(module)
-        module.agreement = []
-        if accumulator.entropy_choices > 1:  # one capsule to choose from: nothing to route
-            outputs[side]["agreement_entropy"] = (accumulator.summary()["entropy"][-1]
-                                                  / math.log(accumulator.entropy_choices))
+    agreement_entropies(routing, outputs)
     pad = model.encoder.padding_idx
     positions = {"encoder": sample["net_input"]["src_tokens"], "decoder": sample["net_input"]["prev_output_tokens"]}
     for side, mixes in mixing.items():
