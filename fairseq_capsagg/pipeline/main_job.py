@@ -137,7 +137,7 @@ def equal_time_rows(args: argparse.Namespace, setup: Setup,
     longer = int(round(args.max_update * slow["train_seconds"] / base["train_seconds"]))
     rows = {"baseline-equal-time": dict(
         train_row(setup, "baseline-equal-time", reference, longer, earlier_seconds=base["train_seconds"],
-                  start_from=setup.work / "checkpoints" / reference, start_update=base["updates"]),
+                  start_from=Path(base["checkpoint"]).parent, start_update=base["updates"]),
         label=f"{fairseq_runs.label(reference)} ({args.shape}), trained as long as row {position}")}
     extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
     warm = train_row(setup, f"{slowest}-warm-start", slowest, extra_updates, earlier_seconds=base["train_seconds"],
