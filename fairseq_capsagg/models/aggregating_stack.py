@@ -115,6 +115,51 @@ def _placement(values: Dict[str, Any], side: str, between_blocks: bool, embed_di
     return Placement(side, between_blocks, name, cls, settings)
 
 
+def _check_output_depth(plan: SideAggregation) -> None:
+    """The output aggregator has at least the layer outputs its routing or weighting needs."""
+    try:
+        plan.output.cls.check_num_layers(plan.num_aggregated)
+    except AggregationConfigError:
+        raise AggregationConfigError(
+            f"{plan.output.flag} {plan.output.name}: needs at least 2 layer outputs to aggregate, got "
+            f"{plan.num_aggregated}; use more --{plan.side}-layers, --aggregate-embedding, or 'none'") from None
+
+
+def _check_every_layer_runs(values: Dict[str, Any], side: str, chosen: Placement) -> None:
+    """No layer is skipped (LayerDrop) and, for connections between blocks, none recomputed (their hooks would
+    not replay)."""
+    if values.get(f"{side}_layerdrop", 0) > 0:
+        needs = ("every block reads the outputs of all earlier blocks" if chosen.between_blocks
+                 else "the aggregator needs every layer's output")
+        raise AggregationConfigError(f"--{side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
+    if chosen.between_blocks and (values.get("checkpoint_activations") or values.get("offload_activations")):
+        raise AggregationConfigError(
+            f"--checkpoint-activations cannot be combined with {chosen.flag} {chosen.name}: "
+            "the connections run as hooks that a recomputed block would not replay")
+
+
+def _check_dense(values: Dict[str, Any], plan: SideAggregation) -> None:
+    """Residual streams need pre-norm blocks and an optimizer that can exempt their static weights from weight
+    decay; multiway connections need the block's own query, key and value."""
+    dense = plan.dense
+    if keeps_streams(dense.cls):
+        if not plan.normalize_before:
+            raise AggregationConfigError(
+                f"{dense.flag} {dense.name}: its residual streams replace the residual connections of "
+                f"pre-norm blocks; add --{plan.side}-normalize-before (its transformer_{dense.cls.family}_* "
+                "architectures are pre-norm at every shape)")
+        half = (values.get("fp16") or values.get("bf16")) and not values.get("amp")
+        if values.get("weight_decay", 0) > 0 and half:
+            raise AggregationConfigError(
+                f"--weight-decay {values['weight_decay']} with {dense.flag} {dense.name} and --fp16/--bf16: "
+                "fairseq's half-precision optimizer cannot exempt the static stream weights from weight decay; "
+                "use --amp, or --weight-decay 0")
+    if dense.cls.multiway and values.get("cross_self_attention"):
+        raise AggregationConfigError(
+            f"{dense.flag} {dense.name}: feeds the query, key and value of a block's self-attention, "
+            "which --cross-self-attention replaces")
+
+
 def read_side(args: Any, side: str, stack: StackSettings) -> SideAggregation:
     """Reads and checks the aggregation of ``side`` from fairseq's arguments: the one place that reads
     a side's flags.
@@ -127,38 +172,11 @@ def read_side(args: Any, side: str, stack: StackSettings) -> SideAggregation:
     plan = SideAggregation(side, embed_dim, num_blocks, bool(values[f"{side}_normalize_before"]), stack,
                            _placement(values, side, False, embed_dim), _placement(values, side, True, embed_dim))
     if plan.output is not None:
-        try:
-            plan.output.cls.check_num_layers(plan.num_aggregated)
-        except AggregationConfigError:
-            raise AggregationConfigError(
-                f"{plan.output.flag} {plan.output.name}: needs at least 2 layer outputs to aggregate, got "
-                f"{plan.num_aggregated}; use more --{side}-layers, --aggregate-embedding, or 'none'") from None
-    recomputed = values.get("checkpoint_activations") or values.get("offload_activations")
+        _check_output_depth(plan)
     for chosen in (c for c in (plan.output, plan.dense) if c is not None):
-        if values.get(f"{side}_layerdrop", 0) > 0:
-            needs = ("every block reads the outputs of all earlier blocks" if chosen.between_blocks
-                     else "the aggregator needs every layer's output")
-            raise AggregationConfigError(f"--{side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
-        if chosen.between_blocks and recomputed:
-            raise AggregationConfigError(
-                f"--checkpoint-activations cannot be combined with {chosen.flag} {chosen.name}: "
-                "the connections run as hooks that a recomputed block would not replay")
-    if plan.dense is not None and keeps_streams(plan.dense.cls):
-        if not plan.normalize_before:
-            raise AggregationConfigError(
-                f"{plan.dense.flag} {plan.dense.name}: its residual streams replace the residual connections of "
-                f"pre-norm blocks; add --{side}-normalize-before (its transformer_{plan.dense.cls.family}_* "
-                "architectures are pre-norm at every shape)")
-        half = (values.get("fp16") or values.get("bf16")) and not values.get("amp")
-        if values.get("weight_decay", 0) > 0 and half:
-            raise AggregationConfigError(
-                f"--weight-decay {values['weight_decay']} with {plan.dense.flag} {plan.dense.name} and --fp16/--bf16: "
-                "fairseq's half-precision optimizer cannot exempt the static stream weights from weight decay; "
-                "use --amp, or --weight-decay 0")
-    if plan.dense is not None and plan.dense.cls.multiway and values.get("cross_self_attention"):
-        raise AggregationConfigError(
-            f"{plan.dense.flag} {plan.dense.name}: feeds the query, key and value of a block's self-attention, "
-            "which --cross-self-attention replaces")
+        _check_every_layer_runs(values, side, chosen)
+    if plan.dense is not None:
+        _check_dense(values, plan)
     return plan
 
 

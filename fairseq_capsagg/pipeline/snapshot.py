@@ -54,6 +54,36 @@ def _trained_by(work: Path) -> Dict[str, str]:
     return trained_by
 
 
+def _check_freezable(work: Path, dest: Path, stages: Dict[str, object]) -> None:
+    """Raises :class:`SnapshotError` unless ``work``'s Transformer is still training from finished data stages,
+    with a best checkpoint, and ``dest`` is free."""
+    if dest.exists():
+        raise SnapshotError(f"{dest} exists; a snapshot goes into a new work directory")
+    if f"train {REFERENCE}" in stages:
+        raise SnapshotError(f"{work}: {REFERENCE} has finished training; score and pack {work} itself")
+    missing = [name for name in DATA_STAGES if name not in stages]
+    if missing or not (work / "checkpoints" / REFERENCE / "checkpoint_best.pt").is_file():
+        raise SnapshotError(f"{work}: {REFERENCE} has no checkpoint yet "
+                            f"({', '.join(missing) + ' not done' if missing else 'no checkpoint_best.pt'})")
+
+
+def _copy_checkpoints(source: Path, save_dir: Path) -> None:
+    """The best, last and last interval checkpoints of ``source`` copied into ``save_dir``, each read back.
+
+    Copies, not links: the run goes on replacing checkpoint_best.pt and checkpoint_last.pt and deleting old
+    interval checkpoints while this copies them. Raises :class:`SnapshotError` for one it could not read.
+    """
+    save_dir.mkdir(parents=True)
+    for path in (source / "checkpoint_best.pt", source / "checkpoint_last.pt",
+                 *convergence.interval_checkpoints(source)[-convergence.AVERAGED:]):
+        try:
+            shutil.copy2(path, save_dir / path.name)
+            convergence.checkpoint_updates(save_dir / path.name)
+        except Exception as e:  # noqa: BLE001 (a file deleted meanwhile, or torch.load's errors on a partial one)
+            raise SnapshotError(f"{path} could not be read ({type(e).__name__}): the run was saving; "
+                                "try again (or pause the run first)") from None
+
+
 def freeze(work: Path, dest: Path) -> Dict[str, object]:
     """Freezes ``work``'s ``converged-baseline-s1``, still training, into the new work directory ``dest``.
 
@@ -66,40 +96,25 @@ def freeze(work: Path, dest: Path) -> Dict[str, object]:
         already (then pack ``work`` itself), or its data stages are not done.
     """
     stages = json.loads((work / "stages.json").read_text()) if (work / "stages.json").is_file() else {}
-    if dest.exists():
-        raise SnapshotError(f"{dest} exists; a snapshot goes into a new work directory")
-    if f"train {REFERENCE}" in stages:
-        raise SnapshotError(f"{work}: {REFERENCE} has finished training; score and pack {work} itself")
-    missing = [name for name in DATA_STAGES if name not in stages]
-    source = work / "checkpoints" / REFERENCE
-    if missing or not (source / "checkpoint_best.pt").is_file():
-        raise SnapshotError(f"{work}: {REFERENCE} has no checkpoint yet "
-                            f"({', '.join(missing) + ' not done' if missing else 'no checkpoint_best.pt'})")
+    _check_freezable(work, dest, stages)
     dest.mkdir(parents=True)
     shutil.copy2(work / "config.json", dest / "config.json")
     for name in ("corpus", "spm", "data-bin"):
         _link_tree(work / name, dest / name)
     save_dir = dest / "checkpoints" / REFERENCE
-    save_dir.mkdir(parents=True)
-    # copies: the run goes on replacing checkpoint_best.pt and checkpoint_last.pt and deleting old interval
-    # checkpoints while this copies them
-    for path in (source / "checkpoint_best.pt", source / "checkpoint_last.pt",
-                 *convergence.interval_checkpoints(source)[-convergence.AVERAGED:]):
-        try:
-            shutil.copy2(path, save_dir / path.name)
-            convergence.checkpoint_updates(save_dir / path.name)
-        except Exception as e:  # noqa: BLE001 (a file deleted meanwhile, or torch.load's errors on a partial one)
-            shutil.rmtree(dest)
-            raise SnapshotError(f"{path} could not be read ({type(e).__name__}): the run was saving; "
-                                "try again (or pause the run first)") from None
+    try:
+        _copy_checkpoints(work / "checkpoints" / REFERENCE, save_dir)
+    except SnapshotError:
+        shutil.rmtree(dest)
+        raise
     log_dir = dest / "logs" / f"train-{REFERENCE}"
     shutil.copytree(work / "logs" / f"train-{REFERENCE}", log_dir)
     load_log = work / "logs" / "load.tsv"
     if load_log.is_file():
         shutil.copy2(load_log, dest / "logs" / load_log.name)
-    progress = convergence.on_disk(save_dir)
     lr = json.loads((work / "config.json").read_text())["lr"]
-    record = {**training_record(progress, log_dir, False, lr, mean_load(load_log, 0, time.time()), _trained_by(work)),
+    record = {**training_record(convergence.on_disk(save_dir), log_dir, False, lr,
+                                mean_load(load_log, 0, time.time()), _trained_by(work)),
               "snapshot": True}
     done = {name: stages[name] for name in DATA_STAGES}
     done[f"train {REFERENCE}"] = record

@@ -343,6 +343,27 @@ def valid_cell(valid: Optional[Dict[str, float]]) -> str:
     return "–" if valid is None else f"{valid['loss']:.3f}"
 
 
+def tuned_table(rows: List[Row], results: Dict[str, Dict[str, object]], args: argparse.Namespace) -> List[str]:
+    """The rows whose length penalty was tuned on the validation split, as Markdown lines (none if no row was)."""
+    tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
+    if not tuned:
+        return []
+    default = length_penalty.key(length_penalty.FAIRSEQ_LENPEN)
+    grid = ", ".join(map(length_penalty.key, args.lenpen_grid))
+    out = [f"### Length penalty tuned on the validation split, each row on its own (`--lenpen` from {grid}; "
+           "against the row named in its protocol's title, also tuned)", "",
+           f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
+           "| bootstrap p | sign test p (better/worse) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in tuned:
+        res = results[row.name]["tuned"]
+        lenpen = length_penalty.key(res["lenpen"])
+        before = res["valid_bleu"].get(default)
+        before = "–" if before is None else f"{before:.2f}"
+        out.append(f"| {row.name} | {before} → {res['valid_bleu'][lenpen]:.2f} | {lenpen} | {score_cells(res)} |")
+    return out + [""]
+
+
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
                   args: argparse.Namespace) -> str:
     """Table 1 or the peers in Markdown: one table per protocol, pending rows listed as pending."""
@@ -369,22 +390,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                        f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
                        f"| {res['clip_percent']:.0f}% | {valid_cell(res.get('valid'))} | {score_cells(res)} |")
         out.append("")
-    tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
-    if tuned:
-        default = length_penalty.key(length_penalty.FAIRSEQ_LENPEN)
-        grid = ", ".join(map(length_penalty.key, args.lenpen_grid))
-        out += [f"### Length penalty tuned on the validation split, each row on its own (`--lenpen` from {grid}; "
-                "against the row named in its protocol's title, also tuned)", "",
-                f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
-                "| bootstrap p | sign test p (better/worse) |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-        for row in tuned:
-            res = results[row.name]["tuned"]
-            lenpen = length_penalty.key(res["lenpen"])
-            before = res["valid_bleu"].get(default)
-            before = "–" if before is None else f"{before:.2f}"
-            out.append(f"| {row.name} | {before} → {res['valid_bleu'][lenpen]:.2f} | {lenpen} | {score_cells(res)} |")
-        out.append("")
+    out += tuned_table(rows, results, args)
     out.append("BLEU and chrF: sacrebleu on detokenised output of the test split; BP: BLEU's brevity penalty, "
                "(length): the hypotheses' length over the references'. † p < 0.01, * p < 0.05 "
                "(paired bootstrap, 1000 resamples, against the row named in the title). Sign test: two-sided "
