@@ -78,6 +78,47 @@ class VocabularyTooSmall(ValueError):
 _REQUIRED_CHARS = re.compile(r"Vocabulary size is smaller than required_chars\. (\d+) vs (\d+)")
 
 
+def _learn_sentencepiece(model: SubwordModel, sources: List[Path], pair: Pair, size: int, max_sentences: int,
+                         grow_to_fit: bool) -> int:
+    """A sentencepiece BPE vocabulary of ``size`` pieces (or, with ``grow_to_fit``, of the smallest size that
+    holds the corpus' characters); returns the size learnt."""
+    lines = [line for path in sources for line in read_lines(path)]
+    # sentencepiece's own sample of a larger corpus differs from run to run, whatever its seed
+    sample = random.Random(SAMPLE_SEED).sample(lines, max_sentences) if len(lines) > max_sentences else None
+
+    def train(vocab_size: int) -> None:
+        corpus_args = {"input": [str(path) for path in sources]} if sample is None else \
+            {"sentence_iterator": iter(sample)}
+        spm.SentencePieceTrainer.train(
+            **corpus_args, model_prefix=str(model.path.with_suffix("")),
+            vocab_size=vocab_size, model_type="bpe", character_coverage=character_coverage(pair),
+            input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2, minloglevel=2)
+
+    try:
+        train(size)
+        return size
+    except RuntimeError as e:
+        match = _REQUIRED_CHARS.search(str(e))
+        if match is None:
+            raise
+        required = int(match.group(2))
+        if not grow_to_fit:
+            raise VocabularyTooSmall(size, required, character_coverage(pair)) from None
+    train(required)
+    return required
+
+
+def _learn_subword_nmt(model: SubwordModel, sources: List[Path], size: int, max_sentences: int) -> int:
+    """``size`` subword-nmt BPE merges from the first ``max_sentences`` lines of each source; returns ``size``."""
+    from subword_nmt.learn_bpe import learn_bpe
+
+    lines = itertools.chain.from_iterable(
+        itertools.islice(read_lines(path), max_sentences) for path in sources)
+    with open(model.path, "w", encoding="utf-8") as codes:
+        learn_bpe((line + "\n" for line in lines), codes, size)
+    return size
+
+
 def learn(model: SubwordModel, corpus: Path, pair: Pair, size: int, max_sentences: int = 1_000_000,
           grow_to_fit: bool = False) -> int:
     """Learns ``model`` jointly on both training sides: a sentencepiece BPE vocabulary of ``size``
@@ -93,37 +134,8 @@ def learn(model: SubwordModel, corpus: Path, pair: Pair, size: int, max_sentence
     model.path.parent.mkdir(parents=True, exist_ok=True)
     sources = [corpus / f"train.{lang}" for lang in pair]
     if model.method == "sentencepiece":
-        lines = [line for path in sources for line in read_lines(path)]
-        # sentencepiece's own sample of a larger corpus differs from run to run, whatever its seed
-        sample = random.Random(SAMPLE_SEED).sample(lines, max_sentences) if len(lines) > max_sentences else None
-
-        def train(vocab_size: int) -> None:
-            corpus_args = {"input": [str(path) for path in sources]} if sample is None else \
-                {"sentence_iterator": iter(sample)}
-            spm.SentencePieceTrainer.train(
-                **corpus_args, model_prefix=str(model.path.with_suffix("")),
-                vocab_size=vocab_size, model_type="bpe", character_coverage=character_coverage(pair),
-                input_sentence_size=max_sentences, shuffle_input_sentence=True, num_threads=2, minloglevel=2)
-
-        try:
-            train(size)
-            return size
-        except RuntimeError as e:
-            match = _REQUIRED_CHARS.search(str(e))
-            if match is None:
-                raise
-            required = int(match.group(2))
-            if not grow_to_fit:
-                raise VocabularyTooSmall(size, required, character_coverage(pair)) from None
-        train(required)
-        return required
-    from subword_nmt.learn_bpe import learn_bpe
-
-    lines = itertools.chain.from_iterable(
-        itertools.islice(read_lines(path), max_sentences) for path in sources)
-    with open(model.path, "w", encoding="utf-8") as codes:
-        learn_bpe((line + "\n" for line in lines), codes, size)
-    return size
+        return _learn_sentencepiece(model, sources, pair, size, max_sentences, grow_to_fit)
+    return _learn_subword_nmt(model, sources, size, max_sentences)
 
 
 def segmenter(model: SubwordModel):
