@@ -26,19 +26,32 @@ def trained(workdir: Path) -> List[str]:
     return [stage[len("train "):] for stage in done if stage.startswith("train ")]
 
 
+def stop_clause(config: dict, name: str, logs: Sequence[Path], curve: Sequence[dict], update: int,
+                ups: float) -> str:
+    """When the row ``name`` stops: in a work directory of the converged comparison a row from scratch by its
+    rule (the time to its cap said too), a continued row after ``--warm-updates``; in one of the other tables at
+    its ``--max-update``."""
+    unless = ""
+    if "validate_interval_updates" not in config:
+        target = int(_MAX_UPDATE.search(logs[-1].read_text(encoding="utf-8", errors="replace")).group(1))
+    elif name in {row.name for row in converged_rows(systems(), SECOND_SEED) if row.protocol == "continued"}:
+        target = config["warm_updates"]
+    else:
+        rule = StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
+        best = min(curve, key=lambda point: point["loss"], default={"update": 0})
+        target = rule.target(best["update"])
+        cap_in = duration(rule.cap - update, ups)
+        unless = f" unless a later validation is better (cap {rule.cap}{cap_in and ', in ' + cap_in})"
+    return f"stops at {target}{time_left(target - update, ups)}{unless}"
+
+
 def progress(workdir: Path, done: Sequence[str], against: Optional[Path] = None) -> List[str]:
     """One line for each row of ``workdir`` that has started training and is not ``done``: its last logged
-    update and speed, its validations, and the earliest update at which it stops. In a work directory of the
-    converged comparison a row from scratch stops by its rule (the time to its cap said too), a continued row
-    after ``--warm-updates``; in one of the other tables (Table 1, the peers) at its ``--max-update``. With
+    update and speed, its validations, and the earliest update at which it stops (:func:`stop_clause`). With
     ``against`` (a published table's JSON), how far each row's validations are from the same row's there
     (:func:`against_published`)."""
     config = json.loads((workdir / "config.json").read_text())
     published = json.loads(against.read_text())["results"] if against else {}
-    converged_rule = "validate_interval_updates" in config
-    if converged_rule:
-        rule = StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
-        protocols = {row.name: row.protocol for row in converged_rows(systems(), SECOND_SEED)}
     lines = []
     for log_path in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
         name = log_path.name[len("train-"):].removesuffix(".log")
@@ -49,20 +62,10 @@ def progress(workdir: Path, done: Sequence[str], against: Optional[Path] = None)
         update = int(stretches[-1]["num_updates"]) if stretches else 0
         ups = recent_speed(stretches)
         speed = f" ({ups:.2f} updates/s lately)" if stretches else ""
-        unless = ""
-        if not converged_rule:
-            target = int(_MAX_UPDATE.search(logs[-1].read_text(encoding="utf-8", errors="replace")).group(1))
-        elif protocols.get(name) == "continued":
-            target = config["warm_updates"]
-        else:
-            best = min(curve, key=lambda point: point["loss"], default={"update": 0})
-            target = rule.target(best["update"])
-            cap_in = duration(rule.cap - update, ups)
-            unless = f" unless a later validation is better (cap {rule.cap}{cap_in and ', in ' + cap_in})"
-        stop = f"stops at {target}{time_left(target - update, ups)}{unless}"
         validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
         compared = against_published(published[name], curve, against.name) if name in published else ""
-        lines.append(f"{name}: update {update}{speed}; validation loss {validations}; {stop}{compared}")
+        lines.append(f"{name}: update {update}{speed}; validation loss {validations}; "
+                     f"{stop_clause(config, name, logs, curve, update, ups)}{compared}")
     return lines
 
 
