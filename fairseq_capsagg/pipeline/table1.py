@@ -481,6 +481,23 @@ def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, 
     return 1 if comparison.failures else 0
 
 
+def trained_result(row: Row, args: argparse.Namespace, stages: Stages, prepared: Prepared) -> Dict[str, object]:
+    """A trained row's result: its training record, its scores from its last checkpoint (and, with
+    ``--lenpen-grid``, with the length penalty tuned on the validation split), its settings and final
+    validation loss."""
+    checkpoint = args.workdir / "checkpoints" / row.name / "checkpoint_last.pt"
+    result = {**stages.done[f"train {row.name}"],
+              **score_row(row, args, prepared.data_bin, stages, prepared.hp, prepared.raw_refs, prepared.num_test,
+                          checkpoint=checkpoint, tokenize=args.sacrebleu_tokenize),
+              **asdict(row),
+              "valid": fairseq_runs.final_valid_loss(args.workdir / "logs" / f"train-{row.name}.log"),
+              "checkpoint": str(checkpoint)}
+    if args.lenpen_grid:
+        result["tuned"] = tune_row(row, args, prepared.data_bin, stages, prepared.hp, prepared.raw_refs,
+                                   prepared.num_test, prepared.valid_refs, checkpoint, args.sacrebleu_tokenize)
+    return result
+
+
 def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> None:
     """``--table paper`` or ``peers``: trains the rows asked for and not trained yet, scores every trained row
     and writes the table."""
@@ -492,17 +509,7 @@ def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows
         if not args.report_only and (not args.rows or row.name in args.rows) and not done:
             stages.done[f"train {row.name}"] = train_row(row, args, data_bin, stages, hp)
         if f"train {row.name}" in stages.done:
-            results[row.name] = {**stages.done[f"train {row.name}"],
-                                 **score_row(row, args, data_bin, stages, hp, raw_refs, num_test,
-                                             checkpoint=work / "checkpoints" / row.name / "checkpoint_last.pt",
-                                             tokenize=tokenize),
-                                 **asdict(row),
-                                 "valid": fairseq_runs.final_valid_loss(work / "logs" / f"train-{row.name}.log"),
-                                 "checkpoint": str(work / "checkpoints" / row.name / "checkpoint_last.pt")}
-            if args.lenpen_grid:
-                results[row.name]["tuned"] = tune_row(row, args, data_bin, stages, hp, raw_refs, num_test,
-                                                      prepared.valid_refs, Path(results[row.name]["checkpoint"]),
-                                                      tokenize)
+            results[row.name] = trained_result(row, args, stages, prepared)
     translations = work / "translations"
     compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test, tokenize)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
