@@ -125,13 +125,13 @@ def _check_output_depth(plan: SideAggregation) -> None:
             f"{plan.num_aggregated}; use more --{plan.side}-layers, --aggregate-embedding, or 'none'") from None
 
 
-def _check_every_layer_runs(values: Dict[str, Any], side: str, chosen: Placement) -> None:
+def _check_every_layer_runs(values: Dict[str, Any], chosen: Placement) -> None:
     """No layer is skipped (LayerDrop) and, for connections between blocks, none recomputed (their hooks would
     not replay)."""
-    if values.get(f"{side}_layerdrop", 0) > 0:
+    if values.get(f"{chosen.side}_layerdrop", 0) > 0:
         needs = ("every block reads the outputs of all earlier blocks" if chosen.between_blocks
                  else "the aggregator needs every layer's output")
-        raise AggregationConfigError(f"--{side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
+        raise AggregationConfigError(f"--{chosen.side}-layerdrop must be 0 with {chosen.flag} {chosen.name}: {needs}")
     if chosen.between_blocks and (values.get("checkpoint_activations") or values.get("offload_activations")):
         raise AggregationConfigError(
             f"--checkpoint-activations cannot be combined with {chosen.flag} {chosen.name}: "
@@ -174,7 +174,7 @@ def read_side(args: Any, side: str, stack: StackSettings) -> SideAggregation:
     if plan.output is not None:
         _check_output_depth(plan)
     for chosen in (c for c in (plan.output, plan.dense) if c is not None):
-        _check_every_layer_runs(values, side, chosen)
+        _check_every_layer_runs(values, chosen)
     if plan.dense is not None:
         _check_dense(values, plan)
     return plan
