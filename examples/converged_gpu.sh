@@ -28,7 +28,8 @@
 # arguments go to capsagg-table1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+# Here the checkout's virtual environment (make setup); on the GPU machine, which has none, its system Python.
+PYTHON=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 PACK=${PACK:-.gpu-reference}
 ROWS=${ROWS:-converged-baseline-s1,continued-baseline,continued-emrouting,continued-dyncomb,continued-mudd}
 # The GPU machine's Python (3.12) has torch, sentencepiece, sacrebleu, scipy, scikit-learn and matplotlib.

@@ -19,7 +19,9 @@
 # $OUT/speed-gpu-compiled/speed.{md,json}, and its log, $OUT/gpu-session.log (OUT defaults to docs/results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export OUT=${OUT:-docs/results} PYTHON=${PYTHON:-python3} PYTHONUNBUFFERED=1
+# Python: as examples/converged_gpu.sh picks it (the checkout's .venv here, the system's on the GPU machine).
+export OUT=${OUT:-docs/results} PYTHONUNBUFFERED=1
+export PYTHON=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 mkdir -p "$OUT"
 session() {
   # the streams first: their large-batch GPU speed is the one not measured yet (2026-11-27)
