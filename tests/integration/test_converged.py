@@ -125,6 +125,28 @@ def test_the_gpu_command_names_its_rows_and_flags_rightly(tmp_path):
     assert "Validation every 5 updates on the validation split as fairseq validates it" in table  # --quick's rule
 
 
+@pytest.mark.parametrize("script", ["converged_gpu.sh", "gpu_session.sh"])
+def test_the_gpu_scripts_run_here_with_the_checkouts_venv_and_elsewhere_with_python3(script, tmp_path):
+    """Without PYTHON the GPU scripts take the checkout's .venv where it has one (here, where the system Python
+    has no torch) and python3 where it has none (the GPU machine, which is never sent a .venv)."""
+    checkout = tmp_path / "checkout"
+    (checkout / "examples").mkdir(parents=True)
+    shutil.copy2(ROOT / "examples" / script, checkout / "examples")
+    calls = tmp_path / "calls.txt"
+    for path in (checkout / ".venv" / "bin" / "python", tmp_path / "bin" / "python3"):
+        path.parent.mkdir(parents=True)
+        path.write_text(f'#!/usr/bin/env bash\necho "{path.parent.parent.name}" >> {calls}\nexit 3\n')
+        path.chmod(0o755)
+    args = ["pack", "work"] if script == "converged_gpu.sh" else ["--cpu"]
+    env = {"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path), "OUT": str(tmp_path / "out")}
+    for expected in (".venv", tmp_path.name):
+        subprocess.run(["bash", str(checkout / "examples" / script), *args], capture_output=True, env=env,
+                       timeout=60)
+        assert calls.read_text().split()[0] == expected
+        calls.unlink()
+        shutil.rmtree(checkout / ".venv", ignore_errors=True)
+
+
 def test_the_gpu_session_runs_its_steps_in_order(tmp_path):
     """examples/gpu_session.sh --cpu: the speed benchmark, then the converged command (training nothing),
     both writing where the device tool collects them."""
