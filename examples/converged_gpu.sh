@@ -22,17 +22,16 @@
 # per update was at 4.98 after 8,500 and still improving. Without .gpu-reference `run` trains the
 # Transformer on the GPU first (a GPU without a time limit).
 #
-# `run` installs .whl/ when it exists (examples/gpu_wheels.sh), trains the rows in runs/converged-gpu
+# `run` installs .whl/ when it exists (examples/gpu_env.sh), trains the rows in runs/converged-gpu
 # (resumable) under `timeout ${LIMIT:-480}` seconds, and publishes the table to
 # ${OUT:-docs/results}/converged-gpu.{md,json} and converged-curves-gpu.png after every row. Extra
 # arguments go to capsagg-table1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Here the checkout's virtual environment (make setup); on the GPU machine, which has none, its system Python.
-PYTHON=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
+source examples/gpu_env.sh  # PYTHON, use_wheels
 PACK=${PACK:-.gpu-reference}
 ROWS=${ROWS:-converged-baseline-s1,continued-baseline,continued-emrouting,continued-dyncomb,continued-mudd}
-# The GPU machine's Python (3.12) has torch, sentencepiece, sacrebleu, scipy, scikit-learn and matplotlib.
+# what the GPU machine's Python lacks (examples/gpu_env.sh)
 WHEELS=(fairseq-fixed==0.12.3.1 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 subword-nmt==0.3.8
         mock==5.2.0 tensorboardX==2.6.5)
 
@@ -64,7 +63,7 @@ case "${1:-}" in
     ;;
   run)
     shift
-    source examples/gpu_wheels.sh
+    use_wheels
     device=(--gpu)
     if [[ " $* " == *" --quick "* ]]; then device=(); fi
     reference=()

@@ -19,14 +19,13 @@
 # $OUT/speed-gpu-compiled/speed.{md,json}, and its log, $OUT/gpu-session.log (OUT defaults to docs/results).
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# Python: as examples/converged_gpu.sh picks it (the checkout's .venv here, the system's on the GPU machine).
+source examples/gpu_env.sh  # PYTHON (exported to examples/converged_gpu.sh), use_wheels
 export OUT=${OUT:-docs/results} PYTHONUNBUFFERED=1
-export PYTHON=${PYTHON:-$([[ -x .venv/bin/python ]] && echo .venv/bin/python || echo python3)}
 mkdir -p "$OUT"
 session() {
   # the streams first: their large-batch GPU speed is the one not measured yet (2026-11-27)
   SYSTEMS=(baseline hc mhc dlcl dwa mudd emrouting dyncomb linagg)
-  source examples/gpu_wheels.sh
+  use_wheels
   if [[ ${1:-} == --cpu ]]; then
     speed=(--device cpu --shapes small --systems baseline mhc --steps 1 --warmup 1 --tokens 128 --length 8
            --decode-sentences 2 --vocab 500)

@@ -131,7 +131,8 @@ def test_the_gpu_scripts_run_here_with_the_checkouts_venv_and_elsewhere_with_pyt
     has no torch) and python3 where it has none (the GPU machine, which is never sent a .venv)."""
     checkout = tmp_path / "checkout"
     (checkout / "examples").mkdir(parents=True)
-    shutil.copy2(ROOT / "examples" / script, checkout / "examples")
+    for name in (script, "gpu_env.sh"):
+        shutil.copy2(ROOT / "examples" / name, checkout / "examples")
     calls = tmp_path / "calls.txt"
     for path in (checkout / ".venv" / "bin" / "python", tmp_path / "bin" / "python3"):
         path.parent.mkdir(parents=True)
