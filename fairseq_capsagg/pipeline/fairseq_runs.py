@@ -218,8 +218,8 @@ def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
     args = [str(data_bin), "--path", str(checkpoint), "--gen-subset", subset, "--task", "translation",
             "--source-lang", hparams["pair"][0], "--target-lang", hparams["pair"][1], "--beam", str(hparams["beam"]),
             "--batch-size", str(hparams["decode_batch"]), "--remove-bpe", hparams["remove_bpe"],
-            "--max-len-a", "1.2", "--max-len-b", "10", "--max-source-positions", "1024",
-            "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
+            "--max-len-a", str(hparams["max_len"][0]), "--max-len-b", str(hparams["max_len"][1]),
+            "--max-source-positions", "1024", "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
             "--required-batch-size-multiple", "1", "--user-dir", USER_DIR, *hparams["device_flags"]]
     if "lenpen" in hparams:
         args += ["--lenpen", str(hparams["lenpen"])]

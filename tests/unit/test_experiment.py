@@ -8,7 +8,9 @@ import pytest
 
 from fairseq_capsagg.pipeline import report
 from fairseq_capsagg.pipeline.experiment import (
+    MAX_LEN,
     QUICK,
+    QUICK_MAX_LEN,
     ConfigMismatch,
     WorkdirBusy,
     add_setup_flags,
@@ -41,7 +43,9 @@ def test_quick_sets_only_the_flags_a_driver_has_and_hparams_follow_the_flags():
     assert not hasattr(args, "warm_updates")  # a flag this driver lacks is not added
     hp = hparams(args, ("en", "de"), "sentencepiece", seed=3)
     assert hp["device_flags"] == ["--cpu"] and hp["decode_batch"] == 32 and hp["seed"] == 3 and hp["log_interval"] == 5
-    assert hparams(parser.parse_args(["--gpu"]), ("en", "de"), "sentencepiece")["decode_batch"] == 128
+    assert hp["max_len"] == QUICK_MAX_LEN
+    full = hparams(parser.parse_args(["--gpu"]), ("en", "de"), "sentencepiece")
+    assert full["decode_batch"] == 128 and full["max_len"] == MAX_LEN == (1.2, 10)
 
 
 def test_a_table_names_the_sentences_it_scores_as_empty_and_the_rows_that_do():

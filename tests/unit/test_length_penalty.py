@@ -28,7 +28,7 @@ def _generate_args(monkeypatch, tmp_path: Path, **extra) -> list:
 
     monkeypatch.setattr(fairseq_runs, "run_logged", fake_run_logged)
     hparams = {"pair": ("en", "de"), "beam": 4, "decode_batch": 8, "remove_bpe": "sentencepiece",
-               "device_flags": ["--cpu"], **extra}
+               "device_flags": ["--cpu"], "max_len": (1.2, 10), **extra}
     fairseq_runs.generate(tmp_path, tmp_path / "m.pt", tmp_path / "hyp.txt", tmp_path / "log", hparams)
     return seen["args"]
 
@@ -37,3 +37,8 @@ def test_generate_passes_the_length_penalty_only_when_given(monkeypatch, tmp_pat
     args = _generate_args(monkeypatch, tmp_path, lenpen=2.5)
     assert args[args.index("--lenpen") + 1] == "2.5"
     assert "--lenpen" not in _generate_args(monkeypatch, tmp_path)
+
+
+def test_generate_passes_the_longest_hypothesis(monkeypatch, tmp_path):
+    args = _generate_args(monkeypatch, tmp_path, max_len=(0.0, 32))
+    assert (args[args.index("--max-len-a") + 1], args[args.index("--max-len-b") + 1]) == ("0.0", "32")
