@@ -56,8 +56,9 @@ def add_setup_flags(parser: argparse.ArgumentParser) -> None:
                         help="extra fairseq-train flags of every aggregator system, e.g. '--routing-iters 2'")
     parser.add_argument("--gpu", action="store_true", help="train and decode on CUDA (default: CPU)")
     parser.add_argument("--quick", action="store_true",
-                        help="a few minutes: 3000 training pairs, 60 test pairs, 1k vocabulary, 20 updates, beam 2, "
-                             "hypotheses of at most 32 tokens")
+                        help=f"a few minutes: {QUICK_LIMITS['train']} training pairs, {QUICK_LIMITS['test']} test "
+                             f"pairs, {QUICK['vocab_size']} subwords, {QUICK['max_update']} updates, beam {QUICK['beam']}, "
+                             f"hypotheses of at most {QUICK_MAX_LEN[1]} tokens")
 
 
 def hparams(args: argparse.Namespace, pair: Sequence[str], remove_bpe: str, **extra: object) -> Dict[str, object]:
