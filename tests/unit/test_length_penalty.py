@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from fairseq_capsagg.pipeline import fairseq_runs, length_penalty
+from fairseq_capsagg.pipeline.experiment import MAX_LEN
 
 
 @pytest.mark.parametrize("valid_bleu, best", [
@@ -28,7 +29,7 @@ def _generate_args(monkeypatch, tmp_path: Path, **extra) -> list:
 
     monkeypatch.setattr(fairseq_runs, "run_logged", fake_run_logged)
     hparams = {"pair": ("en", "de"), "beam": 4, "decode_batch": 8, "remove_bpe": "sentencepiece",
-               "device_flags": ["--cpu"], "max_len": (1.2, 10), **extra}
+               "device_flags": ["--cpu"], "max_len": MAX_LEN, **extra}
     fairseq_runs.generate(tmp_path, tmp_path / "m.pt", tmp_path / "hyp.txt", tmp_path / "log", hparams)
     return seen["args"]
 
