@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from . import convergence, fairseq_runs, provenance
 from .experiment import Stages
-from .rows import Row, compare, score_row, tune_row
+from .rows import Row, compare, hypothesis_file, score_row, tune_row
 from .warm_starts import step0_losses
 
 #: Aggregators continued from the converged Transformer (the paper's protocol), in this order: the paper's
@@ -222,7 +222,7 @@ class ConvergedTable:
             fairseq_runs.generate(self.data_bin, self.save_dir(row.name) / "checkpoint_best.pt", out,
                                   self.work / "logs" / f"score-reference-{row.name}.log", self.hp,
                                   extra=["--score-reference"])
-            hypotheses = convergence.hypothesis_scores(self.work / "translations" / f"{row.name}.txt")
+            hypotheses = convergence.hypothesis_scores(hypothesis_file(self.work, row.name))
             return convergence.search_errors(hypotheses, convergence.hypothesis_scores(out))
 
         return self.stages.run(f"score references {row.name}", run, out)
@@ -253,7 +253,7 @@ class ConvergedTable:
         result["references"] = self.score_references(row)
         if args.lenpen_grid:
             result["tuned"] = tune_row(row, args, self.data_bin, self.stages, self.hp, *refs, self.valid_refs, best,
-                                       tokenize)
+                                       hypothesis_file(args.workdir, row.name), tokenize)
         return result
 
     def run(self, rows: List[Row], report: Callable[[Dict[str, Dict[str, object]]], None]) -> None:
@@ -294,10 +294,10 @@ class ConvergedTable:
 
     def compared(self, rows: List[Row], results: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
         """``results`` with every row compared with its reference: best checkpoints, averages, tuned."""
-        translations, refs = self.work / "translations", (self.raw_refs, self.num_test, self.args.sacrebleu_tokenize)
-        compare(rows, results, lambda name: translations / f"{name}.txt", *refs)
+        refs = (self.raw_refs, self.num_test, self.args.sacrebleu_tokenize)
+        compare(rows, results, lambda name: hypothesis_file(self.work, name), *refs)
         averaged = {name: res["average"] for name, res in results.items()}
-        compare(rows, averaged, lambda name: translations / f"{name}.average.txt", *refs)
+        compare(rows, averaged, lambda name: hypothesis_file(self.work, f"{name}.average"), *refs)
         tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
-        compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", *refs)
+        compare(rows, tuned, lambda name: hypothesis_file(self.work, f"{name}.lenpen"), *refs)
         return results

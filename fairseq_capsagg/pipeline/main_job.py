@@ -27,7 +27,7 @@ from . import corpus as corpus_mod
 from . import fairseq_runs, provenance, report, subwords
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import Row, compare, score_row
+from .rows import Row, compare, hypothesis_file, score_row
 from .warm_starts import step0_losses
 
 
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
         results[row.name].update(score_row(row, args, data_bin, stages, hp, raw_refs, num_test,
                                            Path(results[row.name]["checkpoint"]), tokenize=tokenize))
     print("[main-job] significance ...", flush=True)
-    compare(rows, results, lambda name: work / "translations" / f"{name}.txt", raw_refs, num_test, tokenize,
+    compare(rows, results, lambda name: hypothesis_file(work, name), raw_refs, num_test, tokenize,
             details=False)
     signature = scoring.signatures(tokenize)
     path = report.write_report(list(results.values()), work, caption_of(args, tarball, num_test, signature), step0,

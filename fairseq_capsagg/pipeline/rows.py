@@ -2,6 +2,7 @@
 it names, and the scoring cells every table writes."""
 
 import argparse
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
@@ -60,13 +61,19 @@ def score_cells(res: Dict[str, object]) -> str:
             f"| {res['chrf']:.2f} | {boot} | {sign}")
 
 
+def hypothesis_file(work: Path, name: str) -> Path:
+    """Where the test hypotheses ``name`` lie: a row's (``{row}``, decoded at fairseq's default length penalty)
+    or one of its variants' (``{row}.average``, ``{row}.lenpen``)."""
+    return work / "translations" / f"{name}.txt"
+
+
 def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
               checkpoint: Path, variant: str = "", tokenize: str = BLEU.TOKENIZER_DEFAULT):
     """Decodes the test split with ``checkpoint`` and scores it with sacrebleu's ``tokenize`` (``variant``:
     a suffix of the stage, file and log names when a row is scored with more than one checkpoint)."""
     work = args.workdir
     name = f"{row.name}{variant}"
-    hyp_file = work / "translations" / f"{name}.txt"
+    hyp_file = hypothesis_file(work, name)
     hyp_file.parent.mkdir(parents=True, exist_ok=True)
 
     def translate():
@@ -81,17 +88,24 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
 
 
 def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
-             valid_refs, checkpoint: Path, tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, object]:
+             valid_refs, checkpoint: Path, decoded: Path, tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, object]:
     """The row's length penalty tuned on the validation split, and its test scores decoded with it (BLEU
-    with sacrebleu's ``tokenize`` on both splits)."""
+    with sacrebleu's ``tokenize`` on both splits). ``decoded``: the test split already decoded from
+    ``checkpoint`` at ``hp``'s length penalty (fairseq's default unless given); when the tuning keeps that
+    value, those hypotheses are the tuned ones and the test split is not decoded again."""
     work = args.workdir
-    hyp_file = work / "translations" / f"{row.name}.lenpen.txt"
+    hyp_file = hypothesis_file(work, f"{row.name}.lenpen")
+    log = work / "logs" / f"generate-{row.name}.lenpen.log"
 
     def translate():
         tuned = length_penalty.tune(data_bin, checkpoint, args.lenpen_grid, hp, work / "translations" / "lenpen",
                                     row.name, valid_refs, tokenize)
-        fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{row.name}.lenpen.log",
-                              dict(hp, lenpen=tuned["lenpen"]))
+        if tuned["lenpen"] == hp.get("lenpen", length_penalty.FAIRSEQ_LENPEN):
+            shutil.copyfile(decoded, hyp_file)
+            log.write_text(f"--lenpen {length_penalty.key(tuned['lenpen'])} is the default decoding's: "
+                           f"{hyp_file.name} is a copy of {decoded}\n")
+        else:
+            fairseq_runs.generate(data_bin, checkpoint, hyp_file, log, dict(hp, lenpen=tuned["lenpen"]))
         hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
         return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, raw_refs, tokenize)}
 

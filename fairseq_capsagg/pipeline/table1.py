@@ -53,7 +53,7 @@ from . import corpus as corpus_mod
 from . import converged, converged_report, fairseq_runs, length_penalty, provenance, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import Row, compare, score_cells, score_row, tune_row
+from .rows import Row, compare, hypothesis_file, score_cells, score_row, tune_row
 from .subwords import VocabularyTooSmall
 from .warm_starts import step0_losses
 
@@ -494,7 +494,8 @@ def trained_result(row: Row, args: argparse.Namespace, stages: Stages, prepared:
               "checkpoint": str(checkpoint)}
     if args.lenpen_grid:
         result["tuned"] = tune_row(row, args, prepared.data_bin, stages, prepared.hp, prepared.raw_refs,
-                                   prepared.num_test, prepared.valid_refs, checkpoint, args.sacrebleu_tokenize)
+                                   prepared.num_test, prepared.valid_refs, checkpoint,
+                                   hypothesis_file(args.workdir, row.name), args.sacrebleu_tokenize)
     return result
 
 
@@ -510,10 +511,9 @@ def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows
             stages.done[f"train {row.name}"] = train_row(row, args, data_bin, stages, hp)
         if f"train {row.name}" in stages.done:
             results[row.name] = trained_result(row, args, stages, prepared)
-    translations = work / "translations"
-    compare(rows, results, lambda name: translations / f"{name}.txt", raw_refs, num_test, tokenize)
+    compare(rows, results, lambda name: hypothesis_file(work, name), raw_refs, num_test, tokenize)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
-    compare(rows, tuned, lambda name: translations / f"{name}.lenpen.txt", raw_refs, num_test, tokenize)
+    compare(rows, tuned, lambda name: hypothesis_file(work, f"{name}.lenpen"), raw_refs, num_test, tokenize)
     step0 = None
     if args.table == "paper" and "scratch-baseline-s1" in results:
         step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(

@@ -43,3 +43,51 @@ def test_generate_passes_the_length_penalty_only_when_given(monkeypatch, tmp_pat
 def test_generate_passes_the_longest_hypothesis(monkeypatch, tmp_path):
     args = _generate_args(monkeypatch, tmp_path, max_len=(0.0, 32))
     assert (args[args.index("--max-len-a") + 1], args[args.index("--max-len-b") + 1]) == ("0.0", "32")
+
+
+REFERENCES = ["the cat sat on the mat", "a dog ran in the park"]
+
+
+def _tune(monkeypatch, tmp_path: Path, best: float):
+    """tune_row over lenpen 1 and 2 with a fake fairseq-generate whose validation BLEU is highest at ``best``;
+    returns the tuned result, the decodings asked for ((subset, lenpen) each) and the tuned hypothesis file."""
+    from argparse import Namespace
+
+    from fairseq_capsagg.pipeline.experiment import Stages
+    from fairseq_capsagg.pipeline.rows import Row, hypothesis_file, tune_row
+
+    decodings = []
+
+    def fake_generate(data_bin, checkpoint, hyp_file, log, hparams, subset="test", extra=()):
+        lenpen = hparams.get("lenpen", length_penalty.FAIRSEQ_LENPEN)
+        decodings.append((subset, lenpen))
+        hyps = REFERENCES if lenpen == best else ["the", "a"]
+        hyp_file.write_text("".join(f"D-{i}\t-0.5\t{h}\n" for i, h in enumerate(hyps)))
+        log.write_text("")
+        return 1.0
+
+    monkeypatch.setattr(fairseq_runs, "generate", fake_generate)
+    for directory in ("translations/lenpen", "logs"):
+        (tmp_path / directory).mkdir(parents=True)
+    decoded = hypothesis_file(tmp_path, "row")
+    decoded.write_text("".join(f"D-{i}\t-0.5\tdecoded at the default {i}\n" for i in range(2)))
+    args = Namespace(workdir=tmp_path, lenpen_grid=[1.0, 2.0])
+    stages = Stages(tmp_path)
+    try:
+        tuned = tune_row(Row("row", "baseline", "scratch", 1, "row"), args, tmp_path, stages, {}, REFERENCES, 2,
+                         REFERENCES, tmp_path / "m.pt", decoded)
+    finally:
+        stages.close()
+    return tuned, decodings, hypothesis_file(tmp_path, "row.lenpen")
+
+
+def test_a_tuned_default_length_penalty_reuses_the_default_decoding(monkeypatch, tmp_path):
+    tuned, decodings, hyp_file = _tune(monkeypatch, tmp_path, best=1.0)
+    assert tuned["lenpen"] == 1.0 and decodings == [("valid", 1.0), ("valid", 2.0)]  # the test split not again
+    assert hyp_file.read_text() == (tmp_path / "translations" / "row.txt").read_text()
+
+
+def test_another_tuned_length_penalty_decodes_the_test_split_with_it(monkeypatch, tmp_path):
+    tuned, decodings, hyp_file = _tune(monkeypatch, tmp_path, best=2.0)
+    assert tuned["lenpen"] == 2.0 and decodings == [("valid", 1.0), ("valid", 2.0), ("test", 2.0)]
+    assert tuned["bleu"] == pytest.approx(100.0) and tuned["untranslated_ids"] == []
