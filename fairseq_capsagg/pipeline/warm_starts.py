@@ -20,11 +20,9 @@ def step0_losses(checkpoint: str, data_bin: Path, shape: str,
     from ..tools.warm_start_loss import warm_start_losses
 
     aggregators = fairseq_runs.systems()[1:] if aggregators is None else list(aggregators)
-    losses = warm_start_losses(checkpoint, str(data_bin), [f"transformer_{s}_{shape}" for s in aggregators])
+    starts = {f"transformer_{s}_{shape}": (f"transformer_{s}_{shape}", []) for s in aggregators}
     for start, extra in IDENTITY_STARTS.items():
         for system in (s for s in aggregators if fairseq_runs.warm_start_flags(s)):
             arch = f"transformer_{system}_{shape}"
-            variant = warm_start_losses(checkpoint, str(data_bin), [arch],
-                                        model_args=fairseq_runs.warm_start_flags(system) + extra)
-            losses[f"{arch} ({start})"] = variant[arch]
-    return losses
+            starts[f"{arch} ({start})"] = (arch, fairseq_runs.warm_start_flags(system) + extra)
+    return warm_start_losses(checkpoint, str(data_bin), starts)

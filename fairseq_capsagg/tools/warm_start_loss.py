@@ -18,7 +18,7 @@ import copy
 import json
 import math
 import sys
-from typing import Dict, List, Sequence, Set
+from typing import Dict, Mapping, Sequence, Set, Tuple
 
 import torch
 from fairseq import checkpoint_utils, utils
@@ -64,10 +64,11 @@ def validation_loss(model, task, criterion, subset: str, max_tokens: int,
     return {"loss": loss / tokens / math.log(2), "nll_loss": nll / tokens / math.log(2)}
 
 
-def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "valid",
-                      max_tokens: int = 8000, model_args: Sequence[str] = ()) -> Dict[str, Dict[str, float]]:
-    """Validation loss and nll loss (bits) on ``subset`` of the checkpoint at ``path`` and of each architecture
-    of ``archs`` warm-started from it before any update (``baseline``: the checkpoint itself)."""
+def warm_start_losses(path: str, data: str, starts: Mapping[str, Tuple[str, Sequence[str]]], subset: str = "valid",
+                      max_tokens: int = 8000) -> Dict[str, Dict[str, float]]:
+    """Validation loss and nll loss (bits) on ``subset`` of the checkpoint at ``path`` (``baseline``) and of every
+    warm start of ``starts`` (name: architecture and its model flags) from it before any update; the checkpoint,
+    its task and ``subset`` are loaded once for all."""
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": data, "user_dir": USER_DIR})
     state = checkpoint_utils.load_checkpoint_to_cpu(path)["model"]
@@ -75,18 +76,18 @@ def warm_start_losses(path: str, data: str, archs: List[str], subset: str = "val
     task.load_dataset(subset)
     multiple = cfg.dataset.required_batch_size_multiple
     results = {"baseline": validation_loss(models[0], task, criterion, subset, max_tokens, multiple)}
-    for arch in archs:
+    for name, (arch, model_args) in starts.items():
         args = copy.deepcopy(cfg.model)
-        for name in aggregation_arg_names():
-            if hasattr(args, name):
-                delattr(args, name)
+        for flag in aggregation_arg_names():
+            if hasattr(args, flag):
+                delattr(args, flag)
         vars(args).update(vars(model_flag_parser(CapsAggTransformerModel).parse_args(list(model_args))))
         args.arch = arch
         ARCH_CONFIG_REGISTRY[arch](args)
         torch.manual_seed(cfg.common.seed)
         model = CapsAggTransformerModel.build_model(args, task)
         model.load_state_dict(dict(state), strict=True)
-        results[arch] = validation_loss(model, task, criterion, subset, max_tokens, multiple)
+        results[name] = validation_loss(model, task, criterion, subset, max_tokens, multiple)
     return results
 
 
@@ -105,8 +106,8 @@ def cli_main(argv=None) -> int:
     unknown = [arch for arch in args.arch if arch not in ours]
     if unknown:
         parser.error(f"--arch: unknown {', '.join(unknown)}; choose from {', '.join(ours)}")
-    print(json.dumps(warm_start_losses(args.path, args.data, args.arch, args.subset,
-                                       model_args=args.model_args.split()), indent=2))
+    starts = {arch: (arch, args.model_args.split()) for arch in args.arch}
+    print(json.dumps(warm_start_losses(args.path, args.data, starts, args.subset), indent=2))
     return 0
 
 

@@ -1,5 +1,6 @@
 """The initialisation health report: every family's output and gradients at init, on a real batch."""
 
+import json
 import math
 
 import pytest
@@ -140,6 +141,27 @@ def test_fairseqs_own_transformer_checkpoint_reports_both_sides(norm, tiny_data_
         assert out["aggregate_std"] > 0 and "stream_gain" not in out
         assert math.isnan(out["eps_share"]) == (not norm)  # pre-norm: the final LayerNorm's eps share
     assert math.isfinite(result["loss"]) and result["aggregator_grad_share"] == 0.0
+
+
+def test_the_step0_tool_starts_every_architecture_from_the_checkpoint(tiny_data_bin, tmp_path, capsys):
+    """Each --arch built with the checkpoint's shape and --model-args, loaded from it before any update."""
+    from fairseq_capsagg.tools.warm_start_loss import cli_main as step0_main
+
+    train(tiny_data_bin, tmp_path, "transformer", "--encoder-normalize-before", "--decoder-normalize-before",
+          shape=VANILLA_TINY)
+    common = ["--path", str(tmp_path / "checkpoint_last.pt"), "--data", str(tiny_data_bin)]
+    dense, routing = ["transformer_dwa_small", "transformer_mudd_small"], "transformer_emrouting_small"
+    assert step0_main([*common, "--arch", *dense, routing]) == 0
+    losses = json.loads(capsys.readouterr().out)
+    assert list(losses) == ["baseline", *dense, routing]
+    assert 0 < losses["baseline"]["nll_loss"] < losses["baseline"]["loss"]
+    for arch in dense:  # the dense connections start as the Transformer
+        assert losses[arch]["loss"] == pytest.approx(losses["baseline"]["loss"], abs=1e-4), arch
+    assert losses[routing]["loss"] != pytest.approx(losses["baseline"]["loss"], abs=1e-4)  # EM routing by default
+    assert step0_main([*common, "--arch", routing,
+                       "--model-args=--routing-init identity --aggregation-ramp-updates 1"]) == 0
+    ramped = json.loads(capsys.readouterr().out)  # the flags reach it: it starts as the Transformer too
+    assert ramped[routing]["loss"] == pytest.approx(ramped["baseline"]["loss"], abs=1e-4)
 
 
 def one_error_line(main, argv, capsys) -> str:
