@@ -76,12 +76,13 @@ def warm_start_losses(path: str, data: str, starts: Mapping[str, Tuple[str, Sequ
     task.load_dataset(subset)
     multiple = cfg.dataset.required_batch_size_multiple
     results = {"baseline": validation_loss(models[0], task, criterion, subset, max_tokens, multiple)}
+    ours, flags = aggregation_arg_names(), model_flag_parser(CapsAggTransformerModel)
     for name, (arch, model_args) in starts.items():
         args = copy.deepcopy(cfg.model)
-        for flag in aggregation_arg_names():
+        for flag in ours:
             if hasattr(args, flag):
                 delattr(args, flag)
-        vars(args).update(vars(model_flag_parser(CapsAggTransformerModel).parse_args(list(model_args))))
+        vars(args).update(vars(flags.parse_args(list(model_args))))
         args.arch = arch
         ARCH_CONFIG_REGISTRY[arch](args)
         torch.manual_seed(cfg.common.seed)
