@@ -4,8 +4,9 @@
 # restarted queue skips what is done):
 #
 #   1. the converged comparison's row a (runs/converged): the Transformer to convergence;
-#   2. the converged comparison's rows b that the first run never reached: the paper's protocol from the
-#      Transformer's best checkpoint for the Transformer itself, MUDD, DWA, hyper-connections and mHC;
+#   2. the converged comparison's rows b that no run has scored yet, then those only the second run scored:
+#      the paper's protocol from the Transformer's best checkpoint for the Transformer itself,
+#      hyper-connections and mHC, then MUDD and DWA;
 #   3. the protocol's noise: the Transformer's second seed continued (which every continued row is read
 #      against) and the dynamic combination's (the one aggregator near a significant gain in the first run);
 #   4. the rows b the first run published, trained again from this run's Transformer: linear and dynamic
@@ -18,10 +19,12 @@
 #   7. the other peers from scratch (e), in the table's order;
 #   8. every row left: the dynamic combination's second seed from scratch (10 hours for a second reading).
 #
-# The first run (2026-11-27 and 11-28) lost its machine, and with it every checkpoint, after the rows of
-# docs/results/converged-cpu.md; this one is the second run, published to docs/results/converged-run2/
-# (the first run's table stays as it was published), begun again on a third machine after the second lost
-# its Transformer at update 27,500 (docs/results.md). The peers table of DLCL, hyper-connections and mHC
+# Every run that lost its machine keeps the table it published; a continued row is only read against the
+# continued Transformer of its own run, so each run publishes to a folder of its own. The first run
+# (2026-11-27 and 11-28) lost its machine, and with it every checkpoint, after the rows of
+# docs/results/converged-cpu.md; the second (docs/results/converged-run2/, 2026-11-28 and 11-29) after its
+# Transformer, the continued Transformer, MUDD and DWA; this one is the third, published to
+# docs/results/converged-run3/ (docs/results.md). The peers table of DLCL, hyper-connections and mHC
 # (docs/results/streams/) was the first run's job 2 and is complete.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
@@ -38,13 +41,13 @@
 #
 # Everything lives under runs/ (ignored): the work directories (one process at a time each),
 # runs/queue-code-COMMIT (the frozen code), runs/converged/queue.log. The converged table is published to
-# docs/results/converged-run2/converged-cpu.{md,json} and converged-curves.png after every row.
+# PUBLISHED (below) as converged-cpu.{md,json} and converged-curves.png after every row.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 RUNS=$ROOT/runs
 WORK=$RUNS/converged
-PUBLISHED=$ROOT/docs/results/converged-run2  # the second run's tables (the first run's stay in docs/results)
+PUBLISHED=$ROOT/docs/results/converged-run3  # the third run's tables (the earlier runs' stay where they are)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 PIDFILE=$WORK/queue.pid
 
@@ -57,7 +60,7 @@ jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue
   local paper_rows=continued-baseline,continued-linagg,continued-dyncomb,continued-emrouting
   local more_rows=continued-emrouting-encoder,continued-mudd,continued-dwa
   echo "$converged --rows $reference"
-  echo "$converged --rows continued-baseline,continued-mudd,continued-dwa,continued-hc,continued-mhc"
+  echo "$converged --rows continued-baseline,continued-hc,continued-mhc,continued-mudd,continued-dwa"
   echo "$converged --rows continued-baseline-s2,continued-dyncomb-s2"
   echo "$converged --rows continued-linagg,continued-dyncomb,continued-emrouting,continued-emrouting-encoder"
   local from_scratch=converged-dyncomb-s1,converged-mudd-s1,converged-emrouting-s1

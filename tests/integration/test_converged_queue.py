@@ -2,15 +2,24 @@
 names, and every row it trains records that commit (a git archive has no history of its own); on a machine
 that lost runs/ it says so before training from the first row again."""
 
+import shlex
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 from helpers import ROOT
 
 
+def published_folder(script):
+    """The folder the queue's En->De jobs publish to (its ``--publish``), relative to the checkout."""
+    jobs = subprocess.run(["bash", str(script), "jobs"], capture_output=True, text=True, check=True).stdout
+    first = shlex.split(jobs.splitlines()[0])
+    return Path(first[first.index("--publish") + 1]).relative_to(script.resolve().parents[1])
+
+
 def queue_checkout(tmp_path, published_run=False):
-    """A git checkout holding the queue's script (and, with ``published_run``, a published second-run table),
+    """A git checkout holding the queue's script (and, with ``published_run``, a table published by its run),
     and an environment whose interpreter only records what each job ran with; returns the script, the
     commit, the environment and the file of recorded calls."""
     checkout = tmp_path / "checkout"
@@ -18,8 +27,9 @@ def queue_checkout(tmp_path, published_run=False):
     shutil.copy2(ROOT / "examples" / "converged_queue.sh", checkout / "examples")
     (checkout / "marker.txt").write_text("committed\n")
     if published_run:
-        (checkout / "docs" / "results" / "converged-run2").mkdir(parents=True)
-        (checkout / "docs" / "results" / "converged-run2" / "converged-cpu.json").write_text('{"results": {}}')
+        folder = checkout / published_folder(ROOT / "examples" / "converged_queue.sh")
+        folder.mkdir(parents=True)
+        (folder / "converged-cpu.json").write_text('{"results": {}}')
     for command in (["init", "-q"], ["add", "-A"], ["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a"]):
         subprocess.run(["git", "-C", str(checkout), *command], check=True, capture_output=True)
     commit = subprocess.run(["git", "-C", str(checkout), "rev-parse", "--short", "HEAD"], check=True,
