@@ -19,11 +19,13 @@ from . import fairseq_runs
 
 RESULTS = Path(__file__).resolve().parents[2] / "docs" / "results"
 
+#: The converged comparison's runs, oldest first: each lost its machine after the rows it published, and the
+#: next trained everything again from a converged Transformer of its own (docs/results.md).
+CONVERGED_RUNS = ("converged-cpu.json", "converged-run2/converged-cpu.json", "converged-run3/converged-cpu.json")
 #: The En->De tables, in the order a row's first publication is taken from (the peers tables repeat
-#: Table 1's EM routing and Transformer rows; the converged comparison's second run repeats the first's rows
-#: and scores the ones the first left pending).
-SOURCES = ("table1-cpu.json", "peers-cpu.json", "streams/peers-cpu.json", "converged-cpu.json",
-           "converged-run2/converged-cpu.json")
+#: Table 1's EM routing and Transformer rows; each converged run repeats the earlier runs' rows and scores the
+#: ones they left pending).
+SOURCES = ("table1-cpu.json", "peers-cpu.json", "streams/peers-cpu.json", *CONVERGED_RUNS)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
-"""The converged comparison's two runs side by side: every row both runs scored, each against its own run's
+"""The converged comparison's runs side by side: every row two or more runs scored, each against its own run's
 reference, so that a difference can be read against how far the same row moves when its converged Transformer
-is trained again on another machine (the first run's machine was lost with its checkpoints, and the second
-run's Transformer is another network: docs/results.md, "The first run ends there").
+is trained again on another machine (each run's machine was lost with its checkpoints, and each run's
+Transformer is another network: docs/results.md, "The first run ends there").
 
 ``python -m fairseq_capsagg.pipeline.replication`` prints the table; ``--write docs/results.md`` replaces the
 block between the page's ``<!-- replication:begin/end -->`` markers (a test keeps it current).
@@ -9,13 +9,15 @@ block between the page's ``<!-- replication:begin/end -->`` markers (a test keep
 
 import json
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from itertools import combinations
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..tools.markdown_block import block_cli
+from .by_method import CONVERGED_RUNS as RUNS
 from .by_method import RESULTS
 
-#: The first run's published table and the second's, relative to docs/results.
-RUNS = ("converged-cpu.json", "converged-run2/converged-cpu.json")
+#: A cell of a run that has not scored the row (pending, or lost with its machine before it was scored).
+UNSCORED = "·"
 
 
 def loss(result: Dict[str, object]) -> str:
@@ -49,40 +51,44 @@ def curve_gaps(first: Dict[str, object], second: Dict[str, object]) -> List[Tupl
             for point in second.get("curve", []) if point["update"] in first_curve]
 
 
-def curve_gap(first: Dict[str, object], second: Dict[str, object]) -> str:
-    """``0.016 (1000, 60)``: the largest of :func:`curve_gaps`, the update it falls on and how many validations
-    both runs logged; "–" when they share none."""
-    common = curve_gaps(first, second)
-    if not common:
+def curve_gap(results: Sequence[Dict[str, object]]) -> str:
+    """``0.016 (1000, 60)``: the largest of :func:`curve_gaps` between any two of ``results`` (the same row of
+    several runs), the update it falls on and how many validations those two runs both logged; "–" when no two
+    share one."""
+    gaps = [(*max(common), len(common)) for common in (curve_gaps(a, b) for a, b in combinations(results, 2))
+            if common]
+    if not gaps:
         return "–"
-    gap, update = max(common)
-    return f"{gap:.3f} ({update}, {len(common)})"
+    gap, update, compared = max(gaps)
+    return f"{gap:.3f} ({update}, {compared})"
 
 
-def both(first: Dict[str, object], second: Dict[str, object], cell: Callable[[Dict[str, object]], str]) -> str:
-    """One measure of one row: ``first run / second run``."""
-    return f"{cell(first)} / {cell(second)}"
+def across(results: Sequence[Optional[Dict[str, object]]], cell: Callable[[Dict[str, object]], str]) -> str:
+    """One measure of one row in every run, oldest first: ``first / second / ...``; :data:`UNSCORED` for a run
+    that has not scored it."""
+    return " / ".join(UNSCORED if result is None else cell(result) for result in results)
 
 
 def replication_table(results_dir: Path = RESULTS) -> str:
-    """| row | each measure as "first run / second run" | how far apart the validation curves are |, in the first
-    run's row order; a line saying what is missing while no row is scored by both."""
-    paths = [results_dir / run for run in RUNS]
-    if not all(path.is_file() for path in paths):
+    """| row | each measure as "first run / second run / ..." | how far apart the validation curves are |, for every
+    run with a published table, in the first run's row order (then the rows later runs added); a line saying
+    what is missing while no row is scored by two runs."""
+    published = [json.loads(path.read_text()) for path in (results_dir / run for run in RUNS) if path.is_file()]
+    if len(published) < 2:
         return f"No table of the second run yet (`{RUNS[1]}`).\n"
-    first_run, second_run = (json.loads(path.read_text()) for path in paths)
-    first, second = first_run["results"], second_run["results"]
-    names = [row["name"] for row in first_run["rows"] if row["name"] in first and row["name"] in second]
-    if not names:
-        return "No row is scored by both runs yet.\n"
+    names = list(dict.fromkeys(row["name"] for run in published for row in run["rows"]))
+    scored = [[run["results"].get(name) for run in published] for name in names]
+    table = [(name, results) for name, results in zip(names, scored) if sum(r is not None for r in results) >= 2]
+    if not table:
+        return "No row is scored by two runs yet.\n"
     lines = ["| row | best valid loss | BLEU | Δ BLEU (bootstrap p) | last 5 averaged: BLEU | Δ BLEU (bootstrap p) "
              "| search errors | validation curves: largest gap (update, validations compared) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for name in names:
-        a, b = first[name], second[name]
-        cells = [both(a, b, loss), both(a, b, bleu), both(a, b, delta), both(a["average"], b["average"], bleu),
-                 both(a["average"], b["average"], delta), both(a["references"], b["references"], search_errors),
-                 curve_gap(a, b)]
+    for name, results in table:
+        averages = [r and r["average"] for r in results]
+        cells = [across(results, loss), across(results, bleu), across(results, delta), across(averages, bleu),
+                 across(averages, delta), across([r and r["references"] for r in results], search_errors),
+                 curve_gap([r for r in results if r is not None])]
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 

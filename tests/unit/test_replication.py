@@ -1,8 +1,8 @@
-"""The converged comparison's two runs side by side, read from published tables written here."""
+"""The converged comparison's runs side by side, read from published tables written here."""
 
 import json
 
-from fairseq_capsagg.pipeline.replication import RUNS, cli_main, replication_table
+from fairseq_capsagg.pipeline.replication import RUNS, UNSCORED, cli_main, replication_table
 from fairseq_capsagg.tools.markdown_block import read_block
 
 
@@ -45,11 +45,35 @@ def test_rows_both_runs_scored_stand_side_by_side_in_the_first_runs_order(tmp_pa
         "| −0.03 (0.316) / +0.01 (0.450) | 4.2% / 4.0% | – |"]
 
 
-def test_without_a_row_in_both_runs_the_table_says_what_is_missing(tmp_path):
+def test_a_third_run_adds_a_cell_to_every_row_and_the_rows_only_later_runs_scored(tmp_path):
+    """A row scored by the second and third runs only is listed after the first run's rows, the first run's cells
+    marked unscored; the curves' gap is the largest between any two runs, with the validations those two share."""
+    publish(tmp_path, RUNS[0], ROWS[:2], {
+        "converged-baseline-s1": scored(4.565, 29.0, average=(28.98, None, None), search=0.049,
+                                        curve=[(500, 8.384), (1000, 7.085)])})
+    publish(tmp_path, RUNS[1], ROWS, {
+        "converged-baseline-s1": scored(4.573, 28.5, average=(29.2, None, None), search=0.047,
+                                        curve=[(500, 8.390), (1000, 7.090)]),
+        "continued-mudd": scored(4.546, 29.49, 0.38, 0.009, (29.47, 0.06, 0.229), 0.031)})
+    publish(tmp_path, RUNS[2], ROWS + ["continued-hc"], {
+        # against the first run 0.004 at 500; against the second 0.010 at 500, the two validations they share
+        "converged-baseline-s1": scored(4.570, 28.8, average=(29.0, None, None), search=0.045,
+                                        curve=[(500, 8.380), (1000, 7.086), (1500, 6.47)]),
+        "continued-mudd": scored(4.55, 29.2, -0.1, 0.3, (29.3, 0.0, 0.5), 0.04),
+        "continued-hc": scored(4.55, 29.3, 0.1, 0.2)})
+    assert replication_table(tmp_path).splitlines()[2:] == [
+        "| converged-baseline-s1 | 4.565 / 4.573 / 4.570 | 29.00 / 28.50 / 28.80 | – / – / – "
+        "| 28.98 / 29.20 / 29.00 | – / – / – | 4.9% / 4.7% / 4.5% | 0.010 (500, 2) |",
+        f"| continued-mudd | {UNSCORED} / 4.546 / 4.550 | {UNSCORED} / 29.49 / 29.20 "
+        f"| {UNSCORED} / +0.38 (0.009) / −0.10 (0.300) | {UNSCORED} / 29.47 / 29.30 "
+        f"| {UNSCORED} / +0.06 (0.229) / +0.00 (0.500) | {UNSCORED} / 3.1% / 4.0% | – |"]
+
+
+def test_without_a_row_in_two_runs_the_table_says_what_is_missing(tmp_path):
     assert replication_table(tmp_path) == f"No table of the second run yet (`{RUNS[1]}`).\n"
     publish(tmp_path, RUNS[0], ROWS, {"continued-linagg": scored(4.54, 29.03, 0.1, 0.2)})
     publish(tmp_path, RUNS[1], ROWS, {"converged-baseline-s1": scored(4.56, 29.2)})
-    assert replication_table(tmp_path) == "No row is scored by both runs yet.\n"
+    assert replication_table(tmp_path) == "No row is scored by two runs yet.\n"
 
 
 def test_the_cli_writes_the_table_between_its_markers_only(tmp_path):
