@@ -30,7 +30,7 @@
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
 #                                               # and start (or resume) the queue
 #   examples/converged_queue.sh status          # the rows done, the rows training (update, validations, where and
-#                                               # when they stop, how far from the first run's same row) and the
+#                                               # when they stop, how far from the earlier runs' same row) and the
 #                                               # last lines of the queue's log
 #   examples/converged_queue.sh jobs            # the jobs' capsagg-table1 arguments, one line each, in order
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
@@ -138,9 +138,12 @@ case "${1:-status}" in
   status)
     if running; then echo "running (pid $(cat "$PIDFILE"), code $(cat "$WORK/queue.commit"))"; else echo "not running"; fi
     # each work directory's rows trained, and the rows training now: update, validations, where they stop; the
-    # En->De rows' validations against the first run's (the same network again, or how far from it)
-    [[ -f $WORK/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$WORK" \
-      --against "$ROOT/docs/results/converged-cpu.json"
+    # En->De rows' validations against every earlier run's table (the same network again, or how far from it)
+    against=()
+    for table in "$ROOT"/docs/results/converged-cpu.json "$ROOT"/docs/results/converged-run*/converged-cpu.json; do
+      [[ -f $table && $table != "$PUBLISHED"/* ]] && against+=(--against "$table")
+    done
+    [[ -f $WORK/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$WORK" "${against[@]}"
     [[ -f $RUNS/converged-zhen/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$RUNS/converged-zhen"
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;

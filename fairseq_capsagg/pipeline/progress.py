@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from .by_method import RESULTS
 from .convergence import StopRule, train_stretches, validation_curve
 from .converged import SECOND_SEED, converged_rows, segment_logs
 from .fairseq_runs import systems
@@ -45,13 +46,20 @@ def stop_clause(config: dict, name: str, logs: Sequence[Path], curve: Sequence[d
     return f"stops at {target}{time_left(target - update, ups)}{unless}"
 
 
-def progress(workdir: Path, done: Sequence[str], against: Optional[Path] = None) -> List[str]:
+def table_label(path: Path) -> str:
+    """A published table as a line names it: relative to docs/results (``converged-run2/converged-cpu.json``),
+    else its file name."""
+    path = path.resolve()
+    return str(path.relative_to(RESULTS)) if path.is_relative_to(RESULTS) else path.name
+
+
+def progress(workdir: Path, done: Sequence[str], against: Sequence[Path] = ()) -> List[str]:
     """One line for each row of ``workdir`` that has started training and is not ``done``: its last logged
     update and speed, its validations, and the earliest update at which it stops (:func:`stop_clause`). With
-    ``against`` (a published table's JSON), how far each row's validations are from the same row's there
+    ``against`` (published tables' JSONs), how far each row's validations are from the same row's in each
     (:func:`against_published`)."""
     config = json.loads((workdir / "config.json").read_text())
-    published = json.loads(against.read_text())["results"] if against else {}
+    published = [(table_label(path), json.loads(path.read_text())["results"]) for path in against]
     lines = []
     for log_path in sorted((workdir / "logs").glob("train-*"), key=lambda p: p.stat().st_mtime):
         name = log_path.name[len("train-"):].removesuffix(".log")
@@ -63,7 +71,8 @@ def progress(workdir: Path, done: Sequence[str], against: Optional[Path] = None)
         ups = recent_speed(stretches)
         speed = f" ({ups:.2f} updates/s lately)" if stretches else ""
         validations = ", ".join(f"{point['loss']:.3f} at {point['update']}" for point in curve) or "none yet"
-        compared = against_published(published[name], curve, against.name) if name in published else ""
+        compared = "".join(against_published(results[name], curve, label)
+                           for label, results in published if name in results)
         lines.append(f"{name}: update {update}{speed}; validation loss {validations}; "
                      f"{stop_clause(config, name, logs, curve, update, ups)}{compared}")
     return lines
@@ -107,14 +116,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         prog="python -m fairseq_capsagg.pipeline.progress",
         description="the progress of the rows in training of a capsagg-table1 work directory")
     parser.add_argument("workdir", type=Path, help="a work directory of capsagg-table1 (any --table)")
-    parser.add_argument("--against", type=Path, metavar="TABLE.json",
-                        help="a published table of the same rows (e.g. docs/results/converged-cpu.json): say how "
-                             "far each row in training is from its validation losses there")
+    parser.add_argument("--against", type=Path, metavar="TABLE.json", action="append", default=[],
+                        help="a published table of the same rows (e.g. docs/results/converged-cpu.json; once per "
+                             "table): say how far each row in training is from its validation losses there")
     args = parser.parse_args(argv)
     if not (args.workdir / "config.json").is_file():
         parser.error(f"{args.workdir} is not a work directory of capsagg-table1 (no config.json)")
-    if args.against and not args.against.is_file():
-        parser.error(f"--against: {args.against} does not exist")
+    for table in args.against:
+        if not table.is_file():
+            parser.error(f"--against: {table} does not exist")
     done = trained(args.workdir)
     print(f"{args.workdir}: rows trained: {', '.join(done) or 'none yet'}")
     for line in progress(args.workdir, done, args.against):

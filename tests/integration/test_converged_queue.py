@@ -78,17 +78,22 @@ def test_a_queue_started_without_its_runs_beside_a_published_run_says_so(tmp_pat
     assert started.stderr.count("warning: ") == 1 and "a new machine (runs/ lost)?" in started.stderr
 
 
-def test_the_status_compares_the_rows_in_training_with_the_first_run(tmp_path):
-    """``status`` asks for each work directory's progress, the En->De one against the first run's table (whether
-    this run trains the same network again), the Zh->En one alone."""
-    script, _, env, calls = queue_checkout(tmp_path)
-    runs = script.parents[1] / "runs"
+def test_the_status_compares_the_rows_in_training_with_every_earlier_run(tmp_path):
+    """``status`` asks for each work directory's progress, the En->De one against every earlier run's published
+    table, oldest first (whether this run trains the same network again), not its own; the Zh->En one alone."""
+    script, _, env, calls = queue_checkout(tmp_path, published_run=True)
+    root = script.parents[1]
+    results = root / "docs" / "results"
+    (results / "converged-run2").mkdir()
+    for table in (results / "converged-cpu.json", results / "converged-run2" / "converged-cpu.json"):
+        table.write_text('{"results": {}}')
+    runs = root / "runs"
     for work in ("converged", "converged-zhen"):
         (runs / work).mkdir(parents=True)
         (runs / work / "config.json").write_text("{}")
     subprocess.run(["bash", str(script), "status"], capture_output=True, text=True, env=env, timeout=60)
-    root = script.parents[1]
+    assert published_folder(script) not in (Path("docs/results"), Path("docs/results/converged-run2"))
     assert [line.split("|")[-1] for line in calls.read_text().splitlines()] == [
-        f"-m fairseq_capsagg.pipeline.progress {runs / 'converged'} --against "
-        f"{root / 'docs' / 'results' / 'converged-cpu.json'}",
+        f"-m fairseq_capsagg.pipeline.progress {runs / 'converged'} --against {results / 'converged-cpu.json'} "
+        f"--against {results / 'converged-run2' / 'converged-cpu.json'}",
         f"-m fairseq_capsagg.pipeline.progress {runs / 'converged-zhen'}"]

@@ -56,11 +56,29 @@ def test_a_row_in_training_is_compared_with_the_same_row_of_a_published_table(tm
         "converged-baseline-s1": {"curve": curve(9.336, 9.066, 8.5)},  # the same at both of its validations
         "converged-mudd-s1": {"curve": curve(9.352, 9.062)},
         "converged-dwa-s1": {"curve": [{"update": 500, "loss": 7.0}]}}}))
-    lines = {line.split(":")[0]: line for line in progress.progress(tmp_path, [], published)}
+    lines = {line.split(":")[0]: line for line in progress.progress(tmp_path, [], [published])}
     assert lines["converged-baseline-s1"].endswith("; against published.json: the same at all 2 validations")
     assert lines["converged-mudd-s1"].endswith("; against published.json: largest gap 0.016 at 10 (2 validations)")
     assert lines["converged-dwa-s1"].endswith("(cap 100, in about 8 min)")
     assert "against" not in lines["continued-dyncomb"]
+
+
+def test_a_row_in_training_is_compared_with_every_published_run_in_the_order_given(tmp_path, capsys):
+    """``--against`` once per earlier run: one clause per table that holds the row, each named by its place under
+    docs/results (two runs' tables share a file name)."""
+    (tmp_path / "config.json").write_text(json.dumps({"validate_interval_updates": 10, "patience_updates": 30,
+                                                      "update_cap": 100, "warm_updates": 40}))
+    (tmp_path / "logs" / "train-converged-baseline-s1").mkdir(parents=True)
+    (tmp_path / "logs" / "train-converged-baseline-s1" / "from-0.log").write_text(TRAIN_LOG)
+    first, second = tmp_path / "first.json", tmp_path / "second.json"
+    first.write_text(json.dumps({"results": {"converged-baseline-s1": {"curve": [{"update": 10, "loss": 9.336}]}}}))
+    second.write_text(json.dumps({"results": {"converged-baseline-s1": {"curve": [{"update": 20, "loss": 9.07}]}}}))
+    assert progress.main([str(tmp_path), "--against", str(second), "--against", str(first)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(
+        "; against second.json: largest gap 0.004 at 20 (1 validations)"
+        "; against first.json: the same at all 1 validations")
+    assert progress.table_label(progress.RESULTS / "converged-run2" / "converged-cpu.json") == \
+        "converged-run2/converged-cpu.json"
 
 
 def test_the_progress_command_refuses_a_missing_published_table(tmp_path, capsys):
