@@ -70,11 +70,12 @@ def across(results: Sequence[Optional[Dict[str, object]]], cell: Callable[[Dict[
 
 
 def replication_table(results_dir: Path = RESULTS) -> str:
-    """| row | each measure as "first run / second run / ..." | how far apart the validation curves are |, for every
-    run with a published table, in the first run's row order (then the rows later runs added); a line saying
-    what is missing while no row is scored by two runs."""
-    published = [json.loads(path.read_text()) for path in (results_dir / run for run in RUNS) if path.is_file()]
-    if len(published) < 2:
+    """| row | each measure as "first run / second run / ..." (one cell for each of :data:`RUNS`) | how far apart the
+    validation curves are |, in the first run's row order (then the rows later runs added); a line saying what
+    is missing while no row is scored by two runs."""
+    paths = [results_dir / run for run in RUNS]
+    published = [json.loads(path.read_text()) if path.is_file() else {"rows": [], "results": {}} for path in paths]
+    if sum(path.is_file() for path in paths) < 2:
         return f"No table of the second run yet (`{RUNS[1]}`).\n"
     names = list(dict.fromkeys(row["name"] for run in published for row in run["rows"]))
     scored = [[run["results"].get(name) for run in published] for name in names]

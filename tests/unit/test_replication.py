@@ -38,11 +38,13 @@ def test_rows_both_runs_scored_stand_side_by_side_in_the_first_runs_order(tmp_pa
         "continued-linagg": scored(4.538, 29.3, 0.05, 0.3, (29.5, 0.01, 0.45), 0.04),
         "continued-mudd": scored(4.53, 29.4, 0.15, 0.1)})
     lines = replication_table(tmp_path).splitlines()
+    # one cell for every run, the third (no table yet) unscored
     assert lines[2:] == [
-        "| converged-baseline-s1 | 4.565 / 4.561 | 29.00 / 29.21 | – / – | 28.98 / 29.10 | – / – | 4.9% / 4.7% "
-        "| 0.016 (1000, 3) |",
-        "| continued-linagg | 4.540 / 4.538 | 29.03 / 29.30 | +0.10 (0.229) / +0.05 (0.300) | 29.37 / 29.50 "
-        "| −0.03 (0.316) / +0.01 (0.450) | 4.2% / 4.0% | – |"]
+        f"| converged-baseline-s1 | 4.565 / 4.561 / {UNSCORED} | 29.00 / 29.21 / {UNSCORED} | – / – / {UNSCORED} "
+        f"| 28.98 / 29.10 / {UNSCORED} | – / – / {UNSCORED} | 4.9% / 4.7% / {UNSCORED} | 0.016 (1000, 3) |",
+        f"| continued-linagg | 4.540 / 4.538 / {UNSCORED} | 29.03 / 29.30 / {UNSCORED} "
+        f"| +0.10 (0.229) / +0.05 (0.300) / {UNSCORED} | 29.37 / 29.50 / {UNSCORED} "
+        f"| −0.03 (0.316) / +0.01 (0.450) / {UNSCORED} | 4.2% / 4.0% / {UNSCORED} | – |"]
 
 
 def test_a_third_run_adds_a_cell_to_every_row_and_the_rows_only_later_runs_scored(tmp_path):
