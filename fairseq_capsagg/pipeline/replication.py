@@ -74,11 +74,11 @@ def replication_table(results_dir: Path = RESULTS) -> str:
     validation curves are |, in the first run's row order (then the rows later runs added); a line saying what
     is missing while no row is scored by two runs."""
     paths = [results_dir / run for run in RUNS]
-    published = [json.loads(path.read_text()) if path.is_file() else {"rows": [], "results": {}} for path in paths]
-    if sum(path.is_file() for path in paths) < 2:
+    published = [json.loads(path.read_text()) if path.is_file() else None for path in paths]
+    if sum(run is not None for run in published) < 2:
         return f"No table of the second run yet (`{RUNS[1]}`).\n"
-    names = list(dict.fromkeys(row["name"] for run in published for row in run["rows"]))
-    scored = [[run["results"].get(name) for run in published] for name in names]
+    names = list(dict.fromkeys(row["name"] for run in published if run for row in run["rows"]))
+    scored = [[run["results"].get(name) if run else None for run in published] for name in names]
     table = [(name, results) for name, results in zip(names, scored) if sum(r is not None for r in results) >= 2]
     if not table:
         return "No row is scored by two runs yet.\n"
