@@ -2,13 +2,23 @@
 
 import re
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU, CHRF
 from sacrebleu.significance import PairedTest
 from scipy.stats import binomtest
 
-_LINE = re.compile(r"^D-(\d+)\t[^\t]*\t(.*)$")
+_LINE = re.compile(r"^D-(\d+)\t([^\t]*)\t(.*)$")
+_POSITIONS = re.compile(r"^P-(\d+)\t(.*)$")
+
+
+class Hypothesis(NamedTuple):
+    """One finished hypothesis of beam search as ``fairseq-generate`` prints it: detokenised ``text``, its
+    ``score`` (log-probability, base 2, divided by ``length`` ** lenpen) and ``length`` (tokens, EOS included:
+    one positional score each)."""
+    text: str
+    score: float
+    length: int
 
 
 def read_lines(path: Path) -> List[str]:
@@ -26,8 +36,26 @@ def read_generate_output(path: Path) -> Dict[int, str]:
         for line in f:
             match = _LINE.match(line.rstrip("\n"))
             if match:
-                hypotheses[int(match.group(1))] = match.group(2)
+                hypotheses[int(match.group(1))] = match.group(3)
     return hypotheses
+
+
+def read_nbest(path: Path) -> Dict[int, List[Hypothesis]]:
+    """Every hypothesis by sentence id, best first, from ``fairseq-generate --nbest`` output (each ``D-`` line
+    with the ``P-`` line of positional scores that follows it)."""
+    nbest: Dict[int, List[Hypothesis]] = {}
+    text = None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            line = line.rstrip("\n")
+            scored, positions = _LINE.match(line), _POSITIONS.match(line)
+            if scored:
+                text = (int(scored.group(1)), float(scored.group(2)), scored.group(3))
+            elif positions and text is not None and text[0] == int(positions.group(1)):
+                sentence, score, words = text
+                nbest.setdefault(sentence, []).append(Hypothesis(words, score, len(positions.group(2).split())))
+                text = None
+    return nbest
 
 
 def align_hypotheses(hypotheses: Dict[int, str], num_sentences: int) -> Tuple[List[str], List[int]]:

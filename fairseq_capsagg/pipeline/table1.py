@@ -30,7 +30,9 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
 
 Every row is also decoded with beam search's length penalty (``--lenpen``) tuned on the validation
 split for that row alone (``--lenpen-grid``), and compared again: a system that translates too short
-is then told apart from one that chooses worse words.
+is then told apart from one that chooses worse words. The whole grid costs one decoding of the
+validation split (every finished hypothesis kept, each value's choice taken from them;
+``length_penalty.rerank``).
 
 Every row trains in its own directory and saves every ``--save-interval`` updates, so an
 interrupted run resumes where it stopped; finished rows are skipped. The tables list every row,

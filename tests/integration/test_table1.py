@@ -2,11 +2,14 @@
 resumability."""
 
 import json
+import re
 
 import pytest
 
-from fairseq_capsagg.pipeline.experiment import QUICK
+from fairseq_capsagg.analysis import scoring
 from fairseq_capsagg.analysis.scoring import read_generate_output
+from fairseq_capsagg.pipeline import fairseq_runs
+from fairseq_capsagg.pipeline.experiment import QUICK, QUICK_MAX_LEN
 from helpers import table1
 
 
@@ -71,6 +74,25 @@ def test_length_penalty_is_tuned_on_validation_for_each_row(quick_table):
     table = (quick_table / "table1.md").read_text()
     assert "### Length penalty tuned on the validation split" in table
     assert f"| warm-emrouting | {em['valid_bleu']['1']:.2f} → " in table
+
+
+def test_the_choice_from_one_nbest_decoding_is_fairseqs_own_decoding_at_that_length_penalty(quick_table, tmp_path):
+    """The tuning decodes the validation split once (--nbest = --beam) and picks each length penalty's
+    hypotheses from it; fairseq-generate run with that --lenpen returns the same ones, text for text."""
+    nbest = scoring.read_nbest(quick_table / "translations" / "lenpen" / "warm-emrouting.valid.nbest.txt")
+    assert set(nbest) == set(range(60)) and all(len(hyps) == QUICK["beam"] for hyps in nbest.values())
+    own = tmp_path / "lenpen2.txt"
+    hparams = {"pair": ("en", "de"), "beam": QUICK["beam"], "decode_batch": 32, "remove_bpe": "sentencepiece",
+               "max_len": QUICK_MAX_LEN, "device_flags": ["--cpu"], "lenpen": 2.0}
+    fairseq_runs.generate(quick_table / "data-bin", quick_table / "checkpoints" / "warm-emrouting" / "checkpoint_best.pt",
+                          own, tmp_path / "lenpen2.log", hparams, subset="valid")
+    chosen = quick_table / "translations" / "lenpen" / "warm-emrouting.valid.lenpen2.txt"
+    assert read_generate_output(chosen) == read_generate_output(own)
+
+    def scores(path):
+        return {int(i): float(score) for i, score in re.findall(r"^D-(\d+)\t([^\t]*)\t", path.read_text(), re.M)}
+
+    assert scores(chosen) == pytest.approx(scores(own), rel=1e-5)  # and scored as fairseq scores them at 2
 
 
 def test_a_bad_length_penalty_grid_is_one_clear_line(tmp_path):

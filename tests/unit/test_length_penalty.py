@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from fairseq_capsagg.analysis import scoring
 from fairseq_capsagg.pipeline import fairseq_runs, length_penalty
 from fairseq_capsagg.pipeline.experiment import MAX_LEN
 
@@ -48,9 +49,18 @@ def test_generate_passes_the_longest_hypothesis(monkeypatch, tmp_path):
 REFERENCES = ["the cat sat on the mat", "a dog ran in the park"]
 
 
+def nbest_lines(sentence: int, hypotheses) -> str:
+    """``fairseq-generate --nbest`` lines of one sentence: (text, log-probability, length with EOS) each, best
+    first at lenpen 1, scored as fairseq prints them (per token)."""
+    ranked = sorted(hypotheses, key=lambda h: -h[1] / h[2])
+    return "".join(f"H-{sentence}\t{lp / n}\t{text}\nD-{sentence}\t{lp / n}\t{text}\n"
+                   f"P-{sentence}\t{' '.join(['%.4f' % (lp / n)] * n)}\n" for text, lp, n in ranked)
+
+
 def _tune(monkeypatch, tmp_path: Path, best: float):
-    """tune_row over lenpen 1 and 2 with a fake fairseq-generate whose validation BLEU is highest at ``best``;
-    returns the tuned result, the decodings asked for ((subset, lenpen) each) and the tuned hypothesis file."""
+    """tune_row over lenpen 1 and 2 with a fake n-best fairseq-generate whose validation BLEU is highest at
+    ``best``; returns the tuned result, the decodings asked for ((subset, lenpen, flags) each) and the tuned
+    hypothesis file."""
     from argparse import Namespace
 
     from fairseq_capsagg.pipeline.experiment import Stages
@@ -60,9 +70,13 @@ def _tune(monkeypatch, tmp_path: Path, best: float):
 
     def fake_generate(data_bin, checkpoint, hyp_file, log, hparams, subset="test", extra=()):
         lenpen = hparams.get("lenpen", length_penalty.FAIRSEQ_LENPEN)
-        decodings.append((subset, lenpen))
-        hyps = REFERENCES if lenpen == best else ["the", "a"]
-        hyp_file.write_text("".join(f"D-{i}\t-0.5\t{h}\n" for i, h in enumerate(hyps)))
+        decodings.append((subset, lenpen, tuple(extra)))
+        if subset == "valid":  # the reference, 7 tokens, beside "the": first at lenpen 1 only when ``best`` is 1
+            lp = -0.6 if best == 1.0 else -4.2
+            hyp_file.write_text("".join(nbest_lines(i, [(ref, lp, 7), ("the", -1.0, 2)])
+                                        for i, ref in enumerate(REFERENCES)))
+        else:
+            hyp_file.write_text("".join(f"D-{i}\t-0.5\t{h}\n" for i, h in enumerate(REFERENCES)))
         log.write_text("")
         return 1.0
 
@@ -74,8 +88,8 @@ def _tune(monkeypatch, tmp_path: Path, best: float):
     args = Namespace(workdir=tmp_path, lenpen_grid=[1.0, 2.0])
     stages = Stages(tmp_path)
     try:
-        tuned = tune_row(Row("row", "baseline", "scratch", 1, "row"), args, tmp_path, stages, {}, REFERENCES, 2,
-                         REFERENCES, tmp_path / "m.pt", decoded)
+        tuned = tune_row(Row("row", "baseline", "scratch", 1, "row"), args, tmp_path, stages, {"beam": 2},
+                         REFERENCES, 2, REFERENCES, tmp_path / "m.pt", decoded)
     finally:
         stages.close()
     return tuned, decodings, hypothesis_file(tmp_path, "row.lenpen")
@@ -83,11 +97,35 @@ def _tune(monkeypatch, tmp_path: Path, best: float):
 
 def test_a_tuned_default_length_penalty_reuses_the_default_decoding(monkeypatch, tmp_path):
     tuned, decodings, hyp_file = _tune(monkeypatch, tmp_path, best=1.0)
-    assert tuned["lenpen"] == 1.0 and decodings == [("valid", 1.0), ("valid", 2.0)]  # the test split not again
+    assert tuned["lenpen"] == 1.0 and decodings == [("valid", 1.0, ("--nbest", "2"))]  # the test split not again
     assert hyp_file.read_text() == (tmp_path / "translations" / "row.txt").read_text()
 
 
 def test_another_tuned_length_penalty_decodes_the_test_split_with_it(monkeypatch, tmp_path):
     tuned, decodings, hyp_file = _tune(monkeypatch, tmp_path, best=2.0)
-    assert tuned["lenpen"] == 2.0 and decodings == [("valid", 1.0), ("valid", 2.0), ("test", 2.0)]
+    assert tuned["lenpen"] == 2.0 and decodings == [("valid", 1.0, ("--nbest", "2")), ("test", 2.0, ())]
+    assert tuned["valid_bleu"]["2"] == pytest.approx(100.0) and tuned["valid_bleu"]["1"] < 10
     assert tuned["bleu"] == pytest.approx(100.0) and tuned["untranslated_ids"] == []
+
+
+def test_rerank_takes_beam_searchs_choice_at_each_length_penalty(tmp_path):
+    """Scores as fairseq prints them (per token, at lenpen 1); the choice at lenpen a is the highest
+    log p / length ** a, and its score is the one fairseq prints at a."""
+    nbest_file = tmp_path / "nbest.txt"
+    nbest_file.write_text(nbest_lines(0, [("short", -2.0, 2), ("a longer one", -4.5, 4), ("longest of all", -9.0, 6)])
+                          + nbest_lines(3, [("", -0.25, 1)]) + "Translated 2 sentences\n")
+    nbest = scoring.read_nbest(nbest_file)
+    assert [h.length for h in nbest[0]] == [2, 4, 6] and nbest[3] == [scoring.Hypothesis("", -0.25, 1)]
+    for lenpen in (0.5, 1.0, 1.5, 2.0, 3.0):
+        chosen = length_penalty.rerank(nbest, lenpen)
+        best = max([("short", -2.0, 2), ("a longer one", -4.5, 4), ("longest of all", -9.0, 6)],
+                   key=lambda h: h[1] / h[2] ** lenpen)
+        assert chosen[0].text == best[0] and chosen[0].score == pytest.approx(best[1] / best[2] ** lenpen)
+        assert chosen[3].text == ""
+    assert length_penalty.rerank(nbest, 0.5)[0].text == "short"
+    assert length_penalty.rerank(nbest, 3.0)[0].text == "longest of all"
+
+
+def test_rerank_keeps_fairseqs_order_between_equal_scores():
+    tied = {0: [scoring.Hypothesis("first", -1.0, 4), scoring.Hypothesis("second", -1.0, 4)]}
+    assert length_penalty.rerank(tied, 2.0)[0].text == "first"
