@@ -17,6 +17,7 @@ from published import converged_table
 
 
 CONVERGED_ROWS = "converged-baseline-s1,continued-baseline"
+LENPEN = ("--lenpen-grid", "2,1")  # as the queue scores its rows, on a grid that keeps the quick run quick
 
 
 @pytest.fixture(scope="module")
@@ -24,7 +25,7 @@ def quick_converged(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("converged")
     publish = tmp_path_factory.mktemp("published")
     result = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
-                    "--publish", str(publish))
+                    "--publish", str(publish), *LENPEN)
     return workdir, publish, result
 
 
@@ -61,6 +62,10 @@ def test_continued_rows_start_from_the_converged_best_checkpoint_at_its_learning
     assert row["average"]["delta_bleu"] == pytest.approx(row["average"]["bleu"] - base["average"]["bleu"], abs=0.01)
     assert row["references"]["sentences"] == 60 and 0 <= row["references"]["search_error_share"] <= 1
     assert row["untranslated_ids"] == [] == base["untranslated_ids"]  # every test sentence decoded
+    for tuned in (row["tuned"], base["tuned"]):  # each row's length penalty tuned on validation, on its own
+        assert tuned["lenpen"] in (1.0, 2.0) and set(tuned["valid_bleu"]) == {"1", "2"}
+    assert row["tuned"]["delta_bleu"] == pytest.approx(row["tuned"]["bleu"] - base["tuned"]["bleu"], abs=0.01)
+    assert 0 <= row["tuned"]["bootstrap_p"] <= 1
 
 
 def test_the_continued_systems_start_where_the_converged_transformer_is(quick_converged):
@@ -90,10 +95,11 @@ def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_c
                     "| converged-mudd-s1 | + MUDD connections | 1 | pending |"):
         assert pending in table
     assert "### Compute equivalence" in table and "### Model error or search error" in table
+    assert "### Length penalty tuned on the validation split (best checkpoint)" in table
     assert converged_table(json.loads((publish / "converged-cpu.json").read_text())) == table  # the JSON holds it all
     assert (publish / "converged-curves.png").stat().st_size > 10_000
     again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
-                   "--publish", str(tmp_path))
+                   "--publish", str(tmp_path), *LENPEN)
     assert "[main-job] train continued-baseline ..." not in again.stdout
     assert (tmp_path / "converged-cpu.md").read_text() == table
 

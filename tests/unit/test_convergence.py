@@ -262,7 +262,8 @@ def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_row
     otherwise fail days into the queue), and on En->De the third run trains the converged Transformer first,
     then the continued rows no run has scored, those only the second run scored, the continued second seeds
     (the noise they are read against), the first run's continued rows again, every continued row before the
-    rows from scratch, and a second seed from scratch (10 hours for a second reading) last."""
+    rows from scratch, and a second seed from scratch (10 hours for a second reading) last; every job tunes
+    the length penalty of its rows."""
     jobs = subprocess.run(["bash", str(ROOT / "examples" / "converged_queue.sh"), "jobs"], check=True,
                           capture_output=True, text=True).stdout.splitlines()
     monkeypatch.chdir(ROOT)  # --speed-json is relative, as in the queue's frozen copy
@@ -272,6 +273,8 @@ def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_row
         if args.table == "converged" and args.source_lang == "en":
             order += [name for name in args.rows or [row.name for row in table1.rows_of(args)] if name not in order]
             assert args.publish == ROOT / "docs" / "results" / "converged-run3"  # the earlier runs' tables stay
+        # every row of either pair is also scored at the length penalty tuned on validation, over Table 1's grid
+        assert args.lenpen_grid == table1.parse_args(["--table", "paper"]).lenpen_grid, job
     first_run = ["continued-linagg", "continued-dyncomb", "continued-emrouting", "continued-emrouting-encoder"]
     assert order[:12] == [converged.REFERENCE, "continued-baseline", "continued-hc", "continued-mhc",
                           "continued-mudd", "continued-dwa", "continued-baseline-s2", "continued-dyncomb-s2", *first_run]
