@@ -19,6 +19,8 @@
 #   7. the other peers from scratch (e), in the table's order;
 #   8. every row left: the dynamic combination's second seed from scratch (10 hours for a second reading).
 #
+# Every job also scores its rows at their own length penalty tuned on the validation split (from 2026-12-02).
+#
 # Every run that lost its machine keeps the table it published; a continued row is only read against the
 # continued Transformer of its own run, so each run publishes to a folder of its own. The first run
 # (2026-11-27 and 11-28) lost its machine, and with it every checkpoint, after the rows of
