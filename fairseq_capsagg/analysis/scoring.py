@@ -44,17 +44,17 @@ def read_nbest(path: Path) -> Dict[int, List[Hypothesis]]:
     """Every hypothesis by sentence id, best first, from ``fairseq-generate --nbest`` output (each ``D-`` line
     with the ``P-`` line of positional scores that follows it)."""
     nbest: Dict[int, List[Hypothesis]] = {}
-    text = None
+    scored = None  # the last D- line, until its P- line
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
-            scored, positions = _LINE.match(line), _POSITIONS.match(line)
-            if scored:
-                text = (int(scored.group(1)), float(scored.group(2)), scored.group(3))
-            elif positions and text is not None and text[0] == int(positions.group(1)):
-                sentence, score, words = text
+            text, positions = _LINE.match(line), _POSITIONS.match(line)
+            if text:
+                scored = (int(text.group(1)), float(text.group(2)), text.group(3))
+            elif positions and scored is not None and scored[0] == int(positions.group(1)):
+                sentence, score, words = scored
                 nbest.setdefault(sentence, []).append(Hypothesis(words, score, len(positions.group(2).split())))
-                text = None
+                scored = None
     return nbest
 
 

@@ -7,7 +7,6 @@ import re
 import pytest
 
 from fairseq_capsagg.analysis import scoring
-from fairseq_capsagg.analysis.scoring import read_generate_output
 from fairseq_capsagg.pipeline import fairseq_runs
 from fairseq_capsagg.pipeline.experiment import QUICK, QUICK_MAX_LEN
 from helpers import table1
@@ -64,8 +63,8 @@ def test_length_penalty_is_tuned_on_validation_for_each_row(quick_table):
         tuned_hyps = (quick_table / "translations" / f"{name}.lenpen.txt").read_text()
         if tuned["lenpen"] == 1.0:  # fairseq's default: the row's own decoding, not decoded again
             assert tuned_hyps == (quick_table / "translations" / f"{name}.txt").read_text()
-        ids = [set(read_generate_output(quick_table / "translations" / "lenpen" / f"{name}.valid.lenpen{lenpen}.txt"))
-               for lenpen in ("1", "2")]
+        lenpen_dir = quick_table / "translations" / "lenpen"
+        ids = [set(scoring.read_generate_output(lenpen_dir / f"{name}.valid.lenpen{lenpen}.txt")) for lenpen in ("1", "2")]
         # every sentence of the quick validation split (60: not a multiple of fairseq's default batch multiple 8)
         assert ids[0] == ids[1] == set(range(60))
     em, base = results["warm-emrouting"]["tuned"], results["warm-baseline"]["tuned"]
@@ -87,7 +86,7 @@ def test_the_choice_from_one_nbest_decoding_is_fairseqs_own_decoding_at_that_len
     fairseq_runs.generate(quick_table / "data-bin", quick_table / "checkpoints" / "warm-emrouting" / "checkpoint_best.pt",
                           own, tmp_path / "lenpen2.log", hparams, subset="valid")
     chosen = quick_table / "translations" / "lenpen" / "warm-emrouting.valid.lenpen2.txt"
-    assert read_generate_output(chosen) == read_generate_output(own)
+    assert scoring.read_generate_output(chosen) == scoring.read_generate_output(own)
 
     def scores(path):
         return {int(i): float(score) for i, score in re.findall(r"^D-(\d+)\t([^\t]*)\t", path.read_text(), re.M)}
