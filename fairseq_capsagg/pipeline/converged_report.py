@@ -9,9 +9,9 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import convergence, fairseq_runs, length_penalty, report
+from . import convergence, fairseq_runs, report
 from .converged import CONTINUED_REFERENCE, REFERENCE
-from .rows import Row, score_cells
+from .rows import Row, score_cells, tuned_table
 
 Results = Dict[str, Dict[str, object]]
 
@@ -138,18 +138,6 @@ def search_error_table(done: List[Row], results: Results) -> List[str]:
     return out + [""]
 
 
-def tuned_table(done: List[Row], results: Results) -> List[str]:
-    """The rows decoded with the length penalty tuned on the validation split (nothing where none was)."""
-    tuned = [row for row in done if "tuned" in results[row.name]]
-    if not tuned:
-        return []
-    return (["### Length penalty tuned on the validation split (best checkpoint)", "",
-             f"| row | lenpen {SCORE_HEADER}", "|---|---:|---:|---:|---:|---:|---:|---|"]
-            + [f"| {row.name} | {length_penalty.key(results[row.name]['tuned']['lenpen'])} "
-               f"| {score_cells(results[row.name]['tuned'])} |" for row in tuned]
-            + [""])
-
-
 def legend(args: argparse.Namespace) -> str:
     """What every column means and how the rows were trained, validated and scored."""
     return (
@@ -178,7 +166,8 @@ def format_tables(rows: List[Row], results: Results, equivalence, caption: str,
     trained are pending, or failed with why (``failures``)."""
     done = [row for row in rows if row.name in results]
     out = ([caption, ""] + protocol_tables(rows, results, args, failures or {}) + average_table(done, results)
-           + equivalence_table(equivalence) + search_error_table(done, results) + tuned_table(done, results)
+           + equivalence_table(equivalence) + search_error_table(done, results)
+           + tuned_table(done, results, args.lenpen_grid, decoded=", from its best checkpoint")
            + [legend(args)])
     frozen = [f"`{name}` at update {res['stopped_at']}" for name, res in results.items() if res.get("snapshot")]
     if frozen:

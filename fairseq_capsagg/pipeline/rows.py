@@ -5,7 +5,7 @@ import argparse
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
@@ -59,6 +59,30 @@ def score_cells(res: Dict[str, object]) -> str:
     sign = f"{res['sign_p']:.2g} ({res['sign_better']}/{res['sign_worse']})" if "sign_p" in res else "–"
     return (f"{res['bleu']:.2f}{mark} | {delta} | {res['brevity_penalty']:.2f} ({res['length_ratio']:.2f}) "
             f"| {res['chrf']:.2f} | {boot} | {sign}")
+
+
+def tuned_table(rows: List[Row], results: Dict[str, Dict[str, object]], grid: Sequence[float],
+                decoded: str = "") -> List[str]:
+    """The rows whose length penalty was tuned on the validation split, as Markdown lines (none if no row was):
+    each row's validation BLEU at fairseq's default length penalty and at its own, that value (``grid``: the
+    values tried) and its test scores decoded with it (``decoded``: which checkpoint, for the title)."""
+    tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
+    if not tuned:
+        return []
+    default = length_penalty.key(length_penalty.FAIRSEQ_LENPEN)
+    out = [f"### Length penalty tuned on the validation split, each row on its own{decoded} (`--lenpen` from "
+           f"{', '.join(map(length_penalty.key, grid))}; against the row named in its protocol's title, also tuned)",
+           "",
+           f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
+           "| bootstrap p | sign test p (better/worse) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for row in tuned:
+        res = results[row.name]["tuned"]
+        lenpen = length_penalty.key(res["lenpen"])
+        before = res["valid_bleu"].get(default)
+        before = "–" if before is None else f"{before:.2f}"
+        out.append(f"| {row.name} | {before} → {res['valid_bleu'][lenpen]:.2f} | {lenpen} | {score_cells(res)} |")
+    return out + [""]
 
 
 def hypothesis_file(work: Path, name: str) -> Path:

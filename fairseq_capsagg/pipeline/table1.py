@@ -52,10 +52,10 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, converged_report, fairseq_runs, length_penalty, provenance, reference_pack, report
+from . import converged, converged_report, fairseq_runs, provenance, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import Row, compare, hypothesis_file, score_cells, score_row, tune_row
+from .rows import Row, compare, hypothesis_file, score_cells, score_row, tune_row, tuned_table
 from .subwords import VocabularyTooSmall
 from .warm_starts import step0_losses
 
@@ -345,27 +345,6 @@ def valid_cell(valid: Optional[Dict[str, float]]) -> str:
     return "–" if valid is None else f"{valid['loss']:.3f}"
 
 
-def tuned_table(rows: List[Row], results: Dict[str, Dict[str, object]], args: argparse.Namespace) -> List[str]:
-    """The rows whose length penalty was tuned on the validation split, as Markdown lines (none if no row was)."""
-    tuned = [row for row in rows if "tuned" in results.get(row.name, {})]
-    if not tuned:
-        return []
-    default = length_penalty.key(length_penalty.FAIRSEQ_LENPEN)
-    grid = ", ".join(map(length_penalty.key, args.lenpen_grid))
-    out = [f"### Length penalty tuned on the validation split, each row on its own (`--lenpen` from {grid}; "
-           "against the row named in its protocol's title, also tuned)", "",
-           f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
-           "| bootstrap p | sign test p (better/worse) |",
-           "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
-    for row in tuned:
-        res = results[row.name]["tuned"]
-        lenpen = length_penalty.key(res["lenpen"])
-        before = res["valid_bleu"].get(default)
-        before = "–" if before is None else f"{before:.2f}"
-        out.append(f"| {row.name} | {before} → {res['valid_bleu'][lenpen]:.2f} | {lenpen} | {score_cells(res)} |")
-    return out + [""]
-
-
 def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
                   args: argparse.Namespace) -> str:
     """Table 1 or the peers in Markdown: one table per protocol, pending rows listed as pending."""
@@ -392,7 +371,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                        f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
                        f"| {res['clip_percent']:.0f}% | {valid_cell(res.get('valid'))} | {score_cells(res)} |")
         out.append("")
-    out += tuned_table(rows, results, args)
+    out += tuned_table(rows, results, args.lenpen_grid)
     out.append("BLEU and chrF: sacrebleu on detokenised output of the test split; BP: BLEU's brevity penalty, "
                "(length): the hypotheses' length over the references'. † p < 0.01, * p < 0.05 "
                "(paired bootstrap, 1000 resamples, against the row named in the title). Sign test: two-sided "

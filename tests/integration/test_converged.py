@@ -95,7 +95,8 @@ def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_c
                     "| converged-mudd-s1 | + MUDD connections | 1 | pending |"):
         assert pending in table
     assert "### Compute equivalence" in table and "### Model error or search error" in table
-    assert "### Length penalty tuned on the validation split (best checkpoint)" in table
+    assert ("### Length penalty tuned on the validation split, each row on its own, from its best checkpoint "
+            "(`--lenpen` from 1, 2; against the row named in its protocol's title, also tuned)") in table
     assert converged_table(json.loads((publish / "converged-cpu.json").read_text())) == table  # the JSON holds it all
     assert (publish / "converged-curves.png").stat().st_size > 10_000
     again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,

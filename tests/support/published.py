@@ -28,7 +28,8 @@ def converged_table(payload: Dict[str, object]) -> str:
     """The Markdown that ``capsagg-table1 --table converged`` writes for ``payload`` (its JSON)."""
     config = payload["config"]
     args = argparse.Namespace(**{key: config[key] for key in (
-        "warm_updates", "warmup", "validate_interval_updates", "patience_updates", "update_cap")})
+        "warm_updates", "warmup", "validate_interval_updates", "patience_updates", "update_cap")},
+                              lenpen_grid=payload["lenpen_grid"])
     return converged_report.format_tables(published_rows(payload), payload["results"],
                                           payload["compute_equivalence"], payload["caption"], args,
                                           payload.get("failures", {}), payload.get("continued_step0"))

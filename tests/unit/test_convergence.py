@@ -248,7 +248,7 @@ def test_an_aggregators_second_seed_is_paired_with_the_transformer_of_its_seed(s
     assert all(row.reference == converged.CONTINUED_REFERENCE for name, row in rows.items()
                if name.startswith("continued-") and name != "continued-dyncomb-s2" and row.system != "baseline")
     args = argparse.Namespace(warm_updates=3000, warmup=200, validate_interval_updates=500, patience_updates=3000,
-                              update_cap=30000)
+                              update_cap=30000, lenpen_grid=[])
     titles = [line for line in converged_report.format_tables(list(rows.values()), {}, None, "", args).splitlines()
               if line.startswith("### ")]
     paired = "baseline" in second_seed
@@ -304,7 +304,8 @@ def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
     """The queue runs for days: a row whose fairseq-train fails is kept with why, the rows that do not need it
     train, the rows that do stay pending, and the table says which is which."""
     args = argparse.Namespace(workdir=tmp_path, validate_interval_updates=500, patience_updates=3000,
-                              update_cap=30000, report_only=False, rows=[], warm_updates=3000, warmup=200)
+                              update_cap=30000, report_only=False, rows=[], warm_updates=3000, warmup=200,
+                              lenpen_grid=[])
     rows = converged.converged_rows(["baseline", "dyncomb"], [])
     table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
     trained, reports = [], []
@@ -330,7 +331,7 @@ def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_plac
     rows): a report written after a row of this run still lists every row trained by an earlier run."""
     args = argparse.Namespace(workdir=tmp_path, validate_interval_updates=500, patience_updates=3000,
                               update_cap=30000, report_only=False, rows=["continued-dyncomb"], warm_updates=3000,
-                              warmup=200)
+                              warmup=200, lenpen_grid=[])
     rows = converged.converged_rows(["baseline", "dyncomb"], ["baseline"])
     table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
     for name in (converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-baseline-s2"):

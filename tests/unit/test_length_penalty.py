@@ -7,6 +7,7 @@ import pytest
 from fairseq_capsagg.analysis import scoring
 from fairseq_capsagg.pipeline import fairseq_runs, length_penalty
 from fairseq_capsagg.pipeline.experiment import MAX_LEN
+from fairseq_capsagg.pipeline.rows import Row, hypothesis_file, tune_row, tuned_table
 
 
 @pytest.mark.parametrize("valid_bleu, best", [
@@ -64,7 +65,6 @@ def _tune(monkeypatch, tmp_path: Path, best: float):
     from argparse import Namespace
 
     from fairseq_capsagg.pipeline.experiment import Stages
-    from fairseq_capsagg.pipeline.rows import Row, hypothesis_file, tune_row
 
     decodings = []
 
@@ -129,3 +129,26 @@ def test_rerank_takes_beam_searchs_choice_at_each_length_penalty(tmp_path):
 def test_rerank_keeps_fairseqs_order_between_equal_scores():
     tied = {0: [scoring.Hypothesis("first", -1.0, 4), scoring.Hypothesis("second", -1.0, 4)]}
     assert length_penalty.rerank(tied, 2.0)[0].text == "first"
+
+
+def test_the_tuned_table_says_what_the_tuning_moved_on_valid_and_on_test():
+    """One table for Table 1 and the converged comparison: the validation BLEU at fairseq's default and at the
+    row's own value, that value, and the test scores decoded with it against the tuned reference row."""
+    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+            Row("scratch-dyncomb-s1", "dyncomb", "scratch", 1, "scratch-baseline-s1"),
+            Row("scratch-mudd-s1", "mudd", "scratch", 1, "scratch-baseline-s1")]
+    test_scores = {"chrf": 25.0, "brevity_penalty": 0.87, "length_ratio": 0.88}
+    results = {"scratch-baseline-s1": {"tuned": {"lenpen": 1.5, "valid_bleu": {"1": 7.47, "1.5": 8.04},
+                                                 "bleu": 7.92, **test_scores}},
+               "scratch-dyncomb-s1": {"tuned": {"lenpen": 2.0, "valid_bleu": {"2": 11.0}, "bleu": 10.5, **test_scores,
+                                                "delta_bleu": 2.58, "bootstrap_p": 0.001, "sign_p": 1e-9,
+                                                "sign_better": 700, "sign_worse": 400}},
+               "scratch-mudd-s1": {"bleu": 10.46}}  # decoded at the default length penalty only
+    lines = tuned_table(rows, results, [2.0, 0.5, 1.5], decoded=", from its best checkpoint")
+    assert lines[0] == ("### Length penalty tuned on the validation split, each row on its own, from its best "
+                        "checkpoint (`--lenpen` from 2, 0.5, 1.5; against the row named in its protocol's title, "
+                        "also tuned)")
+    assert lines[4:] == ["| scratch-baseline-s1 | 7.47 → 8.04 | 1.5 | 7.92 | – | 0.87 (0.88) | 25.00 | – | – |",
+                         "| scratch-dyncomb-s1 | – → 11.00 | 2 | 10.50† | +2.58 | 0.87 (0.88) | 25.00 | 0.001 "
+                         "| 1e-09 (700/400) |", ""]
+    assert tuned_table(rows, {"scratch-mudd-s1": {"bleu": 10.46}}, [1.0]) == []
