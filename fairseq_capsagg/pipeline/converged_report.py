@@ -11,7 +11,7 @@ from typing import Dict, List, Optional
 
 from . import convergence, fairseq_runs, report
 from .converged import CONTINUED_REFERENCE, REFERENCE
-from .rows import Row, score_cells, tuned_table
+from .rows import SCORE_HEADER, Row, score_cells, tuned_table
 
 Results = Dict[str, Dict[str, object]]
 
@@ -19,8 +19,6 @@ Results = Dict[str, Dict[str, object]]
 ROW_HEADER = ("| row | model | seed | updates | best at | best valid loss | params | idle updates/s | load "
               "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-#: The columns of a table that scores other translations of the same rows (averages, tuned length penalty).
-SCORE_HEADER = "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |"
 
 
 def compute_equivalence(rows: List[Row], results: Results) -> Optional[Dict[str, object]]:

@@ -51,6 +51,11 @@ def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Ca
             res["delta_params"] = res["params"] - ref["params"]
 
 
+#: The titles of :func:`score_cells`' columns, for a table that scores other translations of the same rows
+#: (checkpoint averages, tuned length penalty).
+SCORE_HEADER = "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |"
+
+
 def score_cells(res: Dict[str, object]) -> str:
     """BLEU (with its significance mark) to the sign test: the scoring columns of every table."""
     mark = significance_mark(res["bootstrap_p"]) if "bootstrap_p" in res else ""
@@ -73,8 +78,7 @@ def tuned_table(rows: List[Row], results: Dict[str, Dict[str, object]], grid: Se
     out = [f"### Length penalty tuned on the validation split, each row on its own{decoded} (`--lenpen` from "
            f"{', '.join(map(length_penalty.key, grid))}; against the row named in its protocol's title, also tuned)",
            "",
-           f"| row | valid BLEU at lenpen {default} → tuned | lenpen | BLEU | Δ BLEU | BP (length) | chrF "
-           "| bootstrap p | sign test p (better/worse) |",
+           f"| row | valid BLEU at lenpen {default} → tuned | lenpen {SCORE_HEADER}",
            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for row in tuned:
         res = results[row.name]["tuned"]
