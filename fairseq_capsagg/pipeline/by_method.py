@@ -91,7 +91,7 @@ def read_entries(results_dir: Path) -> Tuple[List[Entry], Dict[str, Dict[str, ob
             continue
         payload = json.loads(path.read_text())
         if any("tuned" in result for result in payload["results"].values()):
-            grid = ", ".join(map(length_penalty.key, payload["lenpen_grid"]))
+            grid = length_penalty.grid_text(payload["lenpen_grid"])
             grids += [grid] if grid not in grids else []
         for row in payload["rows"]:
             configs.setdefault(row["protocol"], payload["config"])

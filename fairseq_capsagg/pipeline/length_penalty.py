@@ -29,6 +29,11 @@ def key(lenpen: float) -> str:
     return f"{lenpen:g}"
 
 
+def grid_text(grid: Sequence[float], sep: str = ", ") -> str:
+    """A grid of length penalties as tables ("0.5, 1, 1.5") and stage names (``sep=","``) write it."""
+    return sep.join(map(key, grid))
+
+
 def best_length_penalty(valid_bleu: Dict[float, float]) -> float:
     """The length penalty with the highest validation BLEU; among equal scores, the one nearest
     fairseq's default (so a flat curve keeps the decoding every other table uses)."""

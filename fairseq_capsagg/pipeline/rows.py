@@ -76,7 +76,7 @@ def tuned_table(rows: List[Row], results: Dict[str, Dict[str, object]], grid: Se
         return []
     default = length_penalty.key(length_penalty.FAIRSEQ_LENPEN)
     out = [f"### Length penalty tuned on the validation split, each row on its own{decoded} (`--lenpen` from "
-           f"{', '.join(map(length_penalty.key, grid))}; against the row named in its protocol's title, also tuned)",
+           f"{length_penalty.grid_text(grid)}; against the row named in its protocol's title, also tuned)",
            "",
            f"| row | valid BLEU at lenpen {default} → tuned | lenpen {SCORE_HEADER}",
            "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
@@ -137,5 +137,5 @@ def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages,
         hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
         return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, raw_refs, tokenize)}
 
-    grid = ",".join(map(length_penalty.key, args.lenpen_grid))
+    grid = length_penalty.grid_text(args.lenpen_grid, sep=",")
     return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)
