@@ -17,7 +17,7 @@ Results = Dict[str, Dict[str, object]]
 
 #: The columns every row of both protocols fills.
 ROW_HEADER = ("| row | model | seed | updates | best at | best valid loss | params | idle updates/s | load "
-              "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
+              f"{SCORE_HEADER}\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
 
 

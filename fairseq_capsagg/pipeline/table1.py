@@ -55,7 +55,7 @@ from . import corpus as corpus_mod
 from . import converged, converged_report, fairseq_runs, provenance, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import Row, compare, hypothesis_file, score_cells, score_row, tune_row, tuned_table
+from .rows import SCORE_HEADER, Row, compare, hypothesis_file, score_cells, score_row, tune_row, tuned_table
 from .subwords import VocabularyTooSmall
 from .warm_starts import step0_losses
 
@@ -349,7 +349,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
                   args: argparse.Namespace) -> str:
     """Table 1 or the peers in Markdown: one table per protocol, pending rows listed as pending."""
     header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped | valid loss "
-              "| BLEU | Δ BLEU | BP (length) | chrF | bootstrap p | sign test p (better/worse) |\n"
+              f"{SCORE_HEADER}\n"
               "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
               "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)",
