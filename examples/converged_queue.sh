@@ -26,7 +26,8 @@
 # (2026-11-27 and 11-28) lost its machine, and with it every checkpoint, after the rows of
 # docs/results/converged-cpu.md; the second (docs/results/converged-run2/, 2026-11-28 and 11-29) after its
 # Transformer, the continued Transformer, MUDD and DWA; this one is the third, published to
-# docs/results/converged-run3/ (docs/results.md). The peers table of DLCL, hyper-connections and mHC
+# docs/results/converged-run3/ (docs/results.md), begun again on 2026-12-02 after its machine was lost at
+# update 25,500 of its Transformer, before it had published a row. The peers table of DLCL, hyper-connections and mHC
 # (docs/results/streams/) was the first run's job 2 and is complete.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
