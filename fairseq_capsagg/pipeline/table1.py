@@ -8,7 +8,7 @@ Zh->En with ``--source-lang zh --target-lang en`` (work directory and published 
 
 * From scratch: the Transformer and the four aggregators trained for the same number of updates
   (the first two seeds of the baseline, of EM routing and of both combinations, so the noise is on the
-  page), and the ablations that say why routing loses (see ``table_rows``).
+  page), and the ablations that say why routing loses (see :func:`.table1_rows.table_rows`).
 * The paper's protocol ("initialized by the pre-trained model"): every aggregator warm-started
   from the same trained baseline (``--routing-init identity`` for the routing families, the
   output ramped in over ``--ramp-updates``) and trained ``--warm-updates`` more updates, against
@@ -40,9 +40,7 @@ the ones not trained yet as pending.
 """
 
 import argparse
-import json
 import os
-import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -52,11 +50,13 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, converged_report, fairseq_runs, provenance, reference_pack, report
+from . import converged, converged_report, fairseq_runs, provenance, publish, reference_pack, report
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import SCORE_HEADER, Row, compare, hypothesis_file, score_cells, score_row, tune_row, tuned_table
+from .rows import Row, compare, hypothesis_file, score_row, tune_row
 from .subwords import VocabularyTooSmall
+from .table1_report import format_tables
+from .table1_rows import peer_rows, read_speed_ratios, table_rows
 from .warm_starts import step0_losses
 
 #: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
@@ -80,69 +80,6 @@ SECOND_SEED = {"paper": ("baseline", "emrouting", "linagg", "dyncomb"), "peers":
                "converged": converged.SECOND_SEED}
 
 
-def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
-    """Every row, in the order they are trained: the baseline and the warm-start protocol first."""
-    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
-            Row("warm-baseline", "baseline", "warm", 1, "warm-baseline")]
-    aggregators = [s for s in systems if s != "baseline"]
-    order = sorted(aggregators, key=lambda s: (s != "emrouting", not fairseq_runs.warm_start_flags(s)))
-    for system in order:
-        rows.append(Row(f"warm-{system}", system, "warm", 1, "warm-baseline"))
-        rows.append(Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1"))
-    for system in second_seed:
-        rows.append(Row(f"scratch-{system}-s2", system, "scratch", 2, "scratch-baseline-s1"))
-    if "emrouting" in aggregators:
-        # the measurement behind the default --aggregation-layer-norm on (pre-norm shapes)
-        rows.append(Row("scratch-emrouting-rawlayers-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
-                        ("--aggregation-layer-norm", "off")))
-        # the identity start from scratch: input capsules and votes that carry H^L, as in the warm rows
-        rows.append(Row("scratch-emrouting-identity-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
-                        tuple(fairseq_runs.warm_start_flags("emrouting"))))
-        # one M-step and no E-step: the same votes, activations and parameters without routing-by-agreement
-        rows.append(Row("scratch-emrouting-iter1-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
-                        ("--routing-iters", "1")))
-        # the paper's Table 5 ablation: routing on the encoder only, the decoder the Transformer's; under
-        # both protocols
-        rows.append(Row("scratch-emrouting-encoder-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
-                        ("--decoder-aggregation", "none")))
-        rows.append(Row("warm-emrouting-encoder", "emrouting", "warm", 1, "warm-baseline",
-                        ("--decoder-aggregation", "none")))
-    if "dynrouting" in aggregators:
-        # the softmax of Eq. 10 over the input capsules: with the paper's, dynamic routing does not learn at N = d
-        rows.append(Row("scratch-dynrouting-inputsoftmax-s1", "dynrouting", "scratch", 1, "scratch-baseline-s1",
-                        ("--routing-softmax", "input")))
-    return rows
-
-
-def peer_rows(systems: List[str], second_seed: List[str], max_update: int,
-              speed_ratios: Dict[str, float]) -> List[Row]:
-    """The peers table: every system from scratch at equal updates, then at equal wall-clock."""
-    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1")]
-    aggregators = [s for s in systems if s != "baseline"]
-    rows += [Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1") for system in aggregators]
-    rows += [Row(f"scratch-{system}-s2", system, "scratch", 2, "scratch-baseline-s1") for system in second_seed]
-    for system in aggregators:
-        updates = max(1, round(max_update * speed_ratios[system]))
-        rows.append(Row(f"time-{system}-s1", system, "time", 1, "scratch-baseline-s1", max_update=updates))
-    return rows
-
-
-def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, float]:
-    """Training-speed ratio to the baseline of each system at ``shape``, from ``benchmarks/speed.py``'s JSON.
-
-    Raises:
-        ValueError: the file is missing or lacks a system.
-    """
-    if not path.is_file():
-        raise ValueError(f"--speed-json: {path} does not exist; run python benchmarks/speed.py --shapes {shape}")
-    rows = {r["system"]: r for r in json.loads(path.read_text())["rows"] if r["shape"] == shape}
-    missing = [s for s in systems if s not in rows]
-    if missing:
-        raise ValueError(f"--speed-json: {path} has no {shape} row for {', '.join(missing)}; run python "
-                         f"benchmarks/speed.py --shapes {shape} --systems baseline {' '.join(missing)}")
-    return {s: rows[s]["train_tokens_per_s_ratio"] for s in systems}
-
-
 def bundled_pairs() -> str:
     """The pairs with a bundled corpus, as the flags' help and errors write them (en-de, zh-en)."""
     return ", ".join(f"{source}-{target}" for source, target in corpus_mod.BUNDLED)
@@ -152,6 +89,11 @@ def pair_suffixed(stem: str, pair) -> str:
     """``stem`` for the default pair, ``stem-{source}{target}`` for another (the work directory and the
     published tables of each pair apart: converged, converged-zhen)."""
     return stem if tuple(pair) == PAIR else f"{stem}-{''.join(pair)}"
+
+
+def table_stem(args: argparse.Namespace) -> str:
+    """The file name stem of ``args.table``'s tables for ``args.pair`` (table1, peers, converged, converged-zhen)."""
+    return pair_suffixed(TABLES[args.table], args.pair)
 
 
 def rows_of(args: argparse.Namespace) -> List[Row]:
@@ -340,50 +282,6 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
     return stages.run(f"train {row.name}", run, save_dir / "checkpoint_last.pt")
 
 
-def valid_cell(valid: Optional[Dict[str, float]]) -> str:
-    """The last validation loss of a row's training, bits per target token ("–" without its log)."""
-    return "–" if valid is None else f"{valid['loss']:.3f}"
-
-
-def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], caption: str,
-                  args: argparse.Namespace) -> str:
-    """Table 1 or the peers in Markdown: one table per protocol, pending rows listed as pending."""
-    header = ("| row | model | seed | updates | params | updates/s | train (s) | grad norm | clipped | valid loss "
-              f"{SCORE_HEADER}\n"
-              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
-              "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)",
-              "time": f"From scratch, equal wall-clock: the time of the baseline's {args.max_update} updates, the "
-                      f"updates fixed from the training-speed ratios of `{args.speed_json}` "
-                      "(against `scratch-baseline-s1`)"}
-    out = [caption, ""]
-    for protocol in dict.fromkeys(row.protocol for row in rows):
-        out += [f"### {titles[protocol]}", "", header]
-        for row in (r for r in rows if r.protocol == protocol):
-            label = fairseq_runs.label(row.system) + (f" ({' '.join(row.flags)})" if row.flags else "")
-            res = results.get(row.name)
-            if res is None:
-                out.append(f"| {row.name} | {label} | {row.seed} | pending |  |  |  |  |  |  |  |  |  |  |  |  |")
-                continue
-            params = (f"{res['params'] / 1e6:.2f}M" if "delta_params" not in res
-                      else f"+{res['delta_params'] / 1e6:.2f}M")
-            out.append(f"| {row.name} | {label} | {row.seed} | {res['updates']} | {params} "
-                       f"| {res['updates_per_s']:.2f} | {res['train_seconds']:.0f} | {res['grad_norm']:.2f} "
-                       f"| {res['clip_percent']:.0f}% | {valid_cell(res.get('valid'))} | {score_cells(res)} |")
-        out.append("")
-    out += tuned_table(rows, results, args.lenpen_grid)
-    out.append("BLEU and chrF: sacrebleu on detokenised output of the test split; BP: BLEU's brevity penalty, "
-               "(length): the hypotheses' length over the references'. † p < 0.01, * p < 0.05 "
-               "(paired bootstrap, 1000 resamples, against the row named in the title). Sign test: two-sided "
-               "binomial over sentences whose sentence-BLEU differs. Grad norm: fairseq's mean gradient norm "
-               "before clipping (--clip-norm 1.0); clipped: share of updates clipped. Valid loss: label-smoothed "
-               "cross-entropy on the validation split at the end of training, bits per target token (fairseq's log; "
-               "`valid` in the JSON also has the nll). updates/s is wall-clock "
-               "on this machine; `load_average` in the JSON says whether the CPU was shared while a row trained.")
-    out += report.format_row_notes(results)
-    return "\n".join(out) + "\n"
-
-
 class Prepared(NamedTuple):
     """What every table trains and scores on: the binarised pair, fairseq's settings and the test references."""
     data_bin: Path
@@ -456,7 +354,7 @@ def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, 
         converged_report.plot_curves(rows, results, equivalence, curves)
         markdown = converged_report.format_tables(rows, results, equivalence, caption, args,
                                                   comparison.failures, comparison.step0)
-        write_outputs(args, markdown, payload, [curves])
+        publish.write_outputs(args, table_stem(args), markdown, payload, [curves])
 
     comparison.run(rows, report_converged)
     return 1 if comparison.failures else 0
@@ -508,42 +406,7 @@ def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows
                "results": results, "warm_start_step0": step0, "lenpen_grid": args.lenpen_grid}
     if args.table == "peers":
         payload["speed_ratios"] = {"source": str(args.speed_json), "ratios": args.speed_ratios}
-    write_outputs(args, table, payload)
-
-
-def unscored_here(published: Path, payload: Dict[str, object]) -> List[str]:
-    """The rows that the table published at ``published`` scored and that ``payload`` lists without a result:
-    what publishing ``payload`` over it would lose (a work directory lost with its machine, or replaced)."""
-    if not published.is_file():
-        return []
-    scored = json.loads(published.read_text()).get("results", {})
-    return [row["name"] for row in payload["rows"] if row["name"] in scored and row["name"] not in payload["results"]]
-
-
-def write_outputs(args: argparse.Namespace, table: str, payload: Dict[str, object], figures: List[Path] = ()) -> None:
-    """The table as WORKDIR/{stem}.md and .json; with ``--publish DIR`` also DIR/{stem}-{cpu,gpu}.{md,json}
-    and the figures (a GPU figure gains the ``-gpu`` suffix), unless the table published there has scored rows
-    that this one lists as not scored: then it stays as it is, and a line on stderr says why."""
-    stem, device = pair_suffixed(TABLES[args.table], args.pair), "gpu" if args.gpu else "cpu"
-    (args.workdir / f"{stem}.md").write_text(table)
-    (args.workdir / f"{stem}.json").write_text(json.dumps(payload, indent=2))
-    print(table)
-    if args.publish is None:
-        return
-    published = args.publish / f"{stem}-{device}.json"
-    lost = unscored_here(published, payload)
-    if lost:
-        print(f"table1: not published to {args.publish}: {published.name} there has results of {', '.join(lost)}, "
-              f"which {args.workdir} has not scored (a work directory lost with its machine, or replaced); the "
-              f"table is in {args.workdir / (stem + '.md')}; publish it elsewhere (--publish DIR) or move "
-              f"{published} away first", file=sys.stderr, flush=True)
-        return
-    args.publish.mkdir(parents=True, exist_ok=True)
-    for ext in ("md", "json"):
-        shutil.copy2(args.workdir / f"{stem}.{ext}", args.publish / f"{stem}-{device}.{ext}")
-    for figure in figures:
-        name = figure.name if device == "cpu" else f"{figure.stem}-gpu{figure.suffix}"
-        shutil.copy2(figure, args.publish / name)
+    publish.write_outputs(args, table_stem(args), table, payload)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, List
 
-from fairseq_capsagg.pipeline import converged_report, report, table1
+from fairseq_capsagg.pipeline import converged_report, report, table1_report
 from fairseq_capsagg.pipeline.rows import Row
 
 
@@ -18,7 +18,7 @@ def table1_table(payload: Dict[str, object], table: str) -> str:
     speed_json = Path(payload.get("speed_ratios", {}).get("source", "benchmarks/results/speed.json"))
     args = argparse.Namespace(table=table, max_update=payload["config"]["max_update"], speed_json=speed_json,
                               lenpen_grid=payload["lenpen_grid"])
-    written = table1.format_tables(published_rows(payload), payload["results"], payload["caption"], args)
+    written = table1_report.format_tables(published_rows(payload), payload["results"], payload["caption"], args)
     if payload.get("warm_start_step0"):
         written += "\n" + report.format_step0(payload["warm_start_step0"])
     return written

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_capsagg.pipeline import table1
+from fairseq_capsagg.pipeline import publish
 from helpers import ROOT
 from published import converged_table, table1_table
 
@@ -44,22 +44,22 @@ def test_a_table_is_not_published_over_results_it_has_not_scored(tmp_path, capsy
     """A work directory lost with its machine starts again with every row pending: its first report must not
     replace the published table that holds the lost rows' results. It keeps its own copy, says on stderr which
     rows and what to do, and publishes again once it has scored them (or no longer lists them)."""
-    args = argparse.Namespace(table="converged", pair=table1.PAIR, gpu=False, workdir=tmp_path / "work",
-                              publish=tmp_path / "published")
+    args = argparse.Namespace(gpu=False, workdir=tmp_path / "work", publish=tmp_path / "published")
     args.workdir.mkdir()
     rows = [{"name": "converged-baseline-s1"}, {"name": "continued-baseline"}]
     both = {"converged-baseline-s1": {"bleu": 29.0}, "continued-baseline": {"bleu": 28.93}}
-    table1.write_outputs(args, "both scored\n", {"rows": rows, "results": both})
+    publish.write_outputs(args, "converged", "both scored\n", {"rows": rows, "results": both})
     published = args.publish / "converged-cpu.json"
     assert json.loads(published.read_text())["results"] == both
 
-    table1.write_outputs(args, "one pending\n", {"rows": rows, "results": {"converged-baseline-s1": {"bleu": 28.8}}})
+    one = {"converged-baseline-s1": {"bleu": 28.8}}
+    publish.write_outputs(args, "converged", "one pending\n", {"rows": rows, "results": one})
     err = capsys.readouterr().err
     assert "not published to" in err and "continued-baseline" in err and "--publish DIR" in err
     assert json.loads(published.read_text())["results"] == both
     assert (args.publish / "converged-cpu.md").read_text() == "both scored\n"
     assert (args.workdir / "converged.md").read_text() == "one pending\n"
 
-    table1.write_outputs(args, "one row\n", {"rows": rows[:1], "results": {"converged-baseline-s1": {"bleu": 28.8}}})
+    publish.write_outputs(args, "converged", "one row\n", {"rows": rows[:1], "results": one})
     assert (args.publish / "converged-cpu.md").read_text() == "one row\n"
     assert capsys.readouterr().err == ""

@@ -1,0 +1,75 @@
+"""The rows of the paper's Table 1 and of its peers table, in the order they train.
+
+Each :class:`~.rows.Row` names its system, protocol, seed and the row it is compared against; the converged
+comparison's rows are :func:`.converged.converged_rows`.
+"""
+
+import json
+from pathlib import Path
+from typing import Dict, List
+
+from . import fairseq_runs
+from .rows import Row
+
+
+def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
+    """Every row, in the order they are trained: the baseline and the warm-start protocol first."""
+    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+            Row("warm-baseline", "baseline", "warm", 1, "warm-baseline")]
+    aggregators = [s for s in systems if s != "baseline"]
+    order = sorted(aggregators, key=lambda s: (s != "emrouting", not fairseq_runs.warm_start_flags(s)))
+    for system in order:
+        rows.append(Row(f"warm-{system}", system, "warm", 1, "warm-baseline"))
+        rows.append(Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1"))
+    for system in second_seed:
+        rows.append(Row(f"scratch-{system}-s2", system, "scratch", 2, "scratch-baseline-s1"))
+    if "emrouting" in aggregators:
+        # the measurement behind the default --aggregation-layer-norm on (pre-norm shapes)
+        rows.append(Row("scratch-emrouting-rawlayers-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--aggregation-layer-norm", "off")))
+        # the identity start from scratch: input capsules and votes that carry H^L, as in the warm rows
+        rows.append(Row("scratch-emrouting-identity-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        tuple(fairseq_runs.warm_start_flags("emrouting"))))
+        # one M-step and no E-step: the same votes, activations and parameters without routing-by-agreement
+        rows.append(Row("scratch-emrouting-iter1-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--routing-iters", "1")))
+        # the paper's Table 5 ablation: routing on the encoder only, the decoder the Transformer's; under
+        # both protocols
+        rows.append(Row("scratch-emrouting-encoder-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--decoder-aggregation", "none")))
+        rows.append(Row("warm-emrouting-encoder", "emrouting", "warm", 1, "warm-baseline",
+                        ("--decoder-aggregation", "none")))
+    if "dynrouting" in aggregators:
+        # the softmax of Eq. 10 over the input capsules: with the paper's, dynamic routing does not learn at N = d
+        rows.append(Row("scratch-dynrouting-inputsoftmax-s1", "dynrouting", "scratch", 1, "scratch-baseline-s1",
+                        ("--routing-softmax", "input")))
+    return rows
+
+
+def peer_rows(systems: List[str], second_seed: List[str], max_update: int,
+              speed_ratios: Dict[str, float]) -> List[Row]:
+    """The peers table: every system from scratch at equal updates, then at equal wall-clock."""
+    rows = [Row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1")]
+    aggregators = [s for s in systems if s != "baseline"]
+    rows += [Row(f"scratch-{system}-s1", system, "scratch", 1, "scratch-baseline-s1") for system in aggregators]
+    rows += [Row(f"scratch-{system}-s2", system, "scratch", 2, "scratch-baseline-s1") for system in second_seed]
+    for system in aggregators:
+        updates = max(1, round(max_update * speed_ratios[system]))
+        rows.append(Row(f"time-{system}-s1", system, "time", 1, "scratch-baseline-s1", max_update=updates))
+    return rows
+
+
+def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, float]:
+    """Training-speed ratio to the baseline of each system at ``shape``, from ``benchmarks/speed.py``'s JSON.
+
+    Raises:
+        ValueError: the file is missing or lacks a system.
+    """
+    if not path.is_file():
+        raise ValueError(f"--speed-json: {path} does not exist; run python benchmarks/speed.py --shapes {shape}")
+    rows = {r["system"]: r for r in json.loads(path.read_text())["rows"] if r["shape"] == shape}
+    missing = [s for s in systems if s not in rows]
+    if missing:
+        raise ValueError(f"--speed-json: {path} has no {shape} row for {', '.join(missing)}; run python "
+                         f"benchmarks/speed.py --shapes {shape} --systems baseline {' '.join(missing)}")
+    return {s: rows[s]["train_tokens_per_s_ratio"] for s in systems}
