@@ -345,16 +345,18 @@ def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, 
     comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
                                           prepared.num_test, prepared.valid_refs, imported)
 
+    stem = table_stem(args)
+
     def report_converged(results: Dict[str, Dict[str, object]]) -> None:
         equivalence = converged_report.compute_equivalence(rows, results)
         payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                    "results": results, "failures": comparison.failures, "compute_equivalence": equivalence,
                    "continued_step0": comparison.step0, "lenpen_grid": args.lenpen_grid}
-        curves = args.workdir / f"{pair_suffixed('converged', args.pair)}-curves.png"
+        curves = args.workdir / f"{stem}-curves.png"
         converged_report.plot_curves(rows, results, equivalence, curves)
         markdown = converged_report.format_tables(rows, results, equivalence, caption, args,
                                                   comparison.failures, comparison.step0)
-        publish.write_outputs(args, table_stem(args), markdown, payload, [curves])
+        publish.write_outputs(args, stem, markdown, payload, [curves])
 
     comparison.run(rows, report_converged)
     return 1 if comparison.failures else 0
