@@ -27,7 +27,8 @@
 # docs/results/converged-cpu.md; the second (docs/results/converged-run2/, 2026-11-28 and 11-29) after its
 # Transformer, the continued Transformer, MUDD and DWA; this one is the third, published to
 # docs/results/converged-run3/ (docs/results.md), begun again on 2026-12-02 after its machine was lost at
-# update 25,500 of its Transformer, before it had published a row. The peers table of DLCL, hyper-connections and mHC
+# update 25,500 of its Transformer, before it had published a row, and again at update 4,200; from 2026-12-02 each
+# session carries its state to the next machine (carry, below). The peers table of DLCL, hyper-connections and mHC
 # (docs/results/streams/) was the first run's job 2 and is complete.
 #
 #   examples/converged_queue.sh start [COMMIT]  # freeze COMMIT (default: the frozen copy in use, else HEAD)
@@ -39,6 +40,11 @@
 #   examples/converged_queue.sh pause|resume    # SIGSTOP/SIGCONT the queue (to time something alone)
 #   examples/converged_queue.sh stop [--at-checkpoint]  # end it (after the next checkpoint: nothing lost);
 #                                               # `start` resumes from the last checkpoints
+#   examples/converged_queue.sh carry           # after the next checkpoint, the En->De work directory's state
+#                                               # into carry/converged.tar.xz (commit it at the end of a session:
+#                                               # the machines are lost between sessions, runs/ with them, while a
+#                                               # converged row trains for longer than a session); `start` on a
+#                                               # machine without runs/converged resumes from it
 #   examples/converged_queue.sh restart [COMMIT]  # after the next checkpoint, stop and start again with COMMIT
 #                                               # (default HEAD) frozen: how edits reach the queue
 #
@@ -53,8 +59,20 @@ WORK=$RUNS/converged
 PUBLISHED=$ROOT/docs/results/converged-run3  # the third run's tables (the earlier runs' stay where they are)
 PYTHON=${PYTHON:-$ROOT/.venv/bin/python}
 PIDFILE=$WORK/queue.pid
+CARRIED=$ROOT/carry/converged.tar.xz  # the work directory's state from the last session (carry, below)
 
 running() { [[ -f $PIDFILE ]] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+
+next_checkpoint() {  # waits for the next interval checkpoint of a row training under $1
+  local marker
+  marker=$(mktemp)
+  echo "waiting for the next checkpoint under $1 ..."
+  until [[ -n $(find "$1" -path '*/checkpoints/*' -name 'checkpoint_*_*.pt' -newer "$marker" -print -quit) ]]; do
+    sleep 10
+  done
+  rm -f "$marker"
+  sleep 20  # fairseq copies it to checkpoint_best.pt and checkpoint_last.pt after writing it
+}
 
 jobs_of() {  # one capsagg-table1 argument list per line, in the order the queue runs them
   local reference=converged-baseline-s1
@@ -82,6 +100,11 @@ case "${1:-status}" in
   start)
     if running; then echo "the queue is running already (pid $(cat "$PIDFILE"))"; exit 0; fi
     if [[ ! -x $PYTHON ]]; then echo "$PYTHON does not exist: run make setup first (or set PYTHON)" >&2; exit 2; fi
+    if [[ ! -f $WORK/stages.json && -f $CARRIED ]]; then
+      # a new machine: the run resumes from the state the last session carried (carry, below)
+      mkdir -p "$WORK" && "$PYTHON" -m fairseq_capsagg.pipeline.carry restore "$CARRIED" "$WORK"
+      echo "[queue] $(date -u +%FT%TZ) restored from $CARRIED" >> "$WORK/queue.log"
+    fi
     if [[ ! -f $WORK/stages.json && -f $PUBLISHED/converged-cpu.json ]]; then
       echo "warning: $WORK has no stage done, yet $PUBLISHED holds scored rows: a new machine (runs/ lost)?" \
            "The queue trains from its first row again and will not publish over those rows (capsagg-table1's" \
@@ -120,14 +143,7 @@ case "${1:-status}" in
     ;;
   stop|restart)
     if running && [[ $1 == restart || ${2:-} == --at-checkpoint ]]; then
-      # wait for the next interval checkpoint of the training row, so that the stop loses no update
-      marker=$(mktemp)
-      echo "waiting for the next checkpoint under $RUNS ..."
-      until [[ -n $(find "$RUNS" -path '*/checkpoints/*' -name 'checkpoint_*_*.pt' -newer "$marker" -print -quit) ]]; do
-        sleep 10
-      done
-      rm -f "$marker"
-      sleep 20  # fairseq copies it to checkpoint_best.pt and checkpoint_last.pt after writing it
+      next_checkpoint "$RUNS"  # so that the stop loses no update
     fi
     if running; then
       kill -CONT -- "-$(cat "$PIDFILE")" 2>/dev/null || true
@@ -139,6 +155,12 @@ case "${1:-status}" in
       echo "the queue is not running"
     fi
     if [[ $1 == restart ]]; then exec "$ROOT/examples/converged_queue.sh" start "${2:-HEAD}"; fi
+    ;;
+  carry)
+    # the machines are lost between sessions, runs/ with them: the En->De work directory's state, written after
+    # its next checkpoint into the checkout (commit it), from which `start` resumes on the next machine
+    if running; then next_checkpoint "$WORK"; fi
+    "$PYTHON" -m fairseq_capsagg.pipeline.carry save "$WORK" "$CARRIED"
     ;;
   jobs) jobs_of ;;
   status)
@@ -153,5 +175,6 @@ case "${1:-status}" in
     [[ -f $RUNS/converged-zhen/config.json ]] && "$PYTHON" -m fairseq_capsagg.pipeline.progress "$RUNS/converged-zhen"
     [[ -f $WORK/queue.log ]] && grep -v '^    ' "$WORK/queue.log" | tail -n 5
     ;;
-  *) echo "usage: $0 start [COMMIT] | status | jobs | pause | resume | stop [--at-checkpoint] | restart [COMMIT]" >&2; exit 2 ;;
+  *) echo "usage: $0 start [COMMIT] | status | jobs | pause | resume | stop [--at-checkpoint] | restart [COMMIT] | carry" >&2
+     exit 2 ;;
 esac

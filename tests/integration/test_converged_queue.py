@@ -97,3 +97,23 @@ def test_the_status_compares_the_rows_in_training_with_every_earlier_run(tmp_pat
         f"-m fairseq_capsagg.pipeline.progress {runs / 'converged'} --against {results / 'converged-cpu.json'} "
         f"--against {results / 'converged-run2' / 'converged-cpu.json'}",
         f"-m fairseq_capsagg.pipeline.progress {runs / 'converged-zhen'}"]
+
+
+def test_a_queue_started_on_a_new_machine_resumes_from_the_carried_state(tmp_path):
+    """runs/ lost, carry/converged.tar.xz committed: ``start`` restores it into the work directory before the
+    first job, and ``carry`` (the queue not running) writes it from there."""
+    script, commit, env, calls = queue_checkout(tmp_path)
+    root = script.parents[1]
+    archive, work = root / "carry" / "converged.tar.xz", root / "runs" / "converged"
+    archive.parent.mkdir()
+    archive.write_bytes(b"")
+    start_and_wait(script, commit, env)
+    recorded = [line.split("|")[-1] for line in calls.read_text().splitlines()]
+    assert recorded[0] == f"-m fairseq_capsagg.pipeline.carry restore {archive} {work}"
+    assert recorded[1].startswith("-m fairseq_capsagg.pipeline.table1 ")
+    pid = int((work / "queue.pid").read_text())
+    while subprocess.run(["kill", "-0", str(pid)], capture_output=True).returncode == 0:  # the queue's last echo
+        time.sleep(0.1)
+    subprocess.run(["bash", str(script), "carry"], capture_output=True, text=True, env=env, timeout=60, check=True)
+    assert calls.read_text().splitlines()[-1].split("|")[-1] == \
+        f"-m fairseq_capsagg.pipeline.carry save {work} {archive}"
