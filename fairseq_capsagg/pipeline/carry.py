@@ -91,7 +91,7 @@ def save(work: Path, archive: Path) -> Path:
         raise CarryError(f"{work}: no stages.json, nothing to carry")
     stages = json.loads((work / "stages.json").read_text())
     config = json.loads((work / "config.json").read_text())
-    with tempfile.TemporaryDirectory(dir=archive.parent if archive.parent.is_dir() else None) as tmp:
+    with tempfile.TemporaryDirectory() as tmp:
         staged = Path(tmp) / "work"
         staged.mkdir()
         for path in sorted(work.rglob("*")):
