@@ -46,7 +46,7 @@ def still_averaged(intervals: Sequence[int], best_update: int, config: Dict[str,
     :data:`~.convergence.AVERAGED` it stops with: those within that many intervals of the earliest update it
     can stop at (a continued row's fixed length; else :meth:`~.convergence.StopRule.target` of its best update,
     which only moves later)."""
-    rule = convergence.StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
+    rule = convergence.StopRule.of(config)
     earliest_stop = config["warm_updates"] if continued else rule.target(best_update)
     return [u for u in intervals if u > earliest_stop - convergence.AVERAGED * rule.interval]
 
@@ -59,11 +59,11 @@ def _checkpoints(work: Path, stages: Dict[str, object], config: Dict[str, object
         row, dest = save_dir.name, out / "checkpoints" / save_dir.name
         dest.mkdir(parents=True)
         best, last = save_dir / "checkpoint_best.pt", save_dir / "checkpoint_last.pt"
-        intervals = convergence.interval_checkpoints(save_dir)
+        by_update = convergence.interval_checkpoints_by_update(save_dir)
         if f"train {row}" in stages:
-            if f"average {row}" in stages:
-                intervals = [save_dir / "checkpoint_average.pt"]
-            stripped = [best, *intervals[-convergence.AVERAGED:]]
+            averaged = f"average {row}" in stages
+            stripped = [best, *([save_dir / "checkpoint_average.pt"] if averaged else
+                                list(by_update.values())[-convergence.AVERAGED:])]
         else:
             if not last.is_file():
                 continue
@@ -72,8 +72,7 @@ def _checkpoints(work: Path, stages: Dict[str, object], config: Dict[str, object
             if best_update == convergence.checkpoint_updates(last)[0]:
                 best_is_last[row] = best.name
                 best = None
-            by_update = {convergence.checkpoint_updates(p)[0]: p for p in intervals}
-            kept = still_averaged(sorted(by_update), best_update, config, row.startswith("continued-"))
+            kept = still_averaged(list(by_update), best_update, config, row.startswith("continued-"))
             stripped = [best, *(by_update[u] for u in kept)]
         for path in stripped:
             if path is not None and path.is_file():

@@ -30,6 +30,11 @@ class StopRule:
     patience: int = 3000
     cap: int = 30000
 
+    @classmethod
+    def of(cls, config: Dict[str, object]) -> "StopRule":
+        """The rule a converged run's ``config.json`` records."""
+        return cls(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
+
     def __post_init__(self):
         if self.interval < 1 or self.patience < self.interval or self.patience % self.interval \
                 or self.cap < self.interval or self.cap % self.interval:
@@ -138,11 +143,17 @@ def first_reaching(curve: Sequence[Dict[str, float]], loss: float) -> Optional[i
     return next((point["update"] for point in curve if point["loss"] <= loss), None)
 
 
-def interval_checkpoints(save_dir: Path) -> List[Path]:
-    """fairseq's interval checkpoints (``checkpoint_EPOCH_UPDATES.pt``) in ``save_dir``, oldest first."""
+def interval_checkpoints_by_update(save_dir: Path) -> Dict[int, Path]:
+    """fairseq's interval checkpoints (``checkpoint_EPOCH_UPDATES.pt``) in ``save_dir`` by their update (read
+    from the name), oldest first."""
     found = [(int(m.group(1)), p) for p in save_dir.glob("checkpoint_*_*.pt")
              if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", p.name))]
-    return [p for _, p in sorted(found)]
+    return dict(sorted(found))
+
+
+def interval_checkpoints(save_dir: Path) -> List[Path]:
+    """fairseq's interval checkpoints in ``save_dir``, oldest first."""
+    return list(interval_checkpoints_by_update(save_dir).values())
 
 
 def average_checkpoints(paths: Sequence[Path], out: Path) -> Path:

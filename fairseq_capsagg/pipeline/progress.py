@@ -38,7 +38,7 @@ def stop_clause(config: dict, name: str, logs: Sequence[Path], curve: Sequence[d
     elif name in {row.name for row in converged_rows(systems(), SECOND_SEED) if row.protocol == "continued"}:
         target = config["warm_updates"]
     else:
-        rule = StopRule(config["validate_interval_updates"], config["patience_updates"], config["update_cap"])
+        rule = StopRule.of(config)
         best = min(curve, key=lambda point: point["loss"], default={"update": 0})
         target = rule.target(best["update"])
         cap_in = duration(rule.cap - update, ups)
