@@ -28,7 +28,7 @@ import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from . import convergence
+from . import convergence, stage_names
 
 #: What the archive records besides the work directory's files.
 MANIFEST = "carried.json"
@@ -60,8 +60,8 @@ def _checkpoints(work: Path, stages: Dict[str, object], config: Dict[str, object
         dest.mkdir(parents=True)
         best, last = save_dir / "checkpoint_best.pt", save_dir / "checkpoint_last.pt"
         by_update = convergence.interval_checkpoints_by_update(save_dir)
-        if f"train {row}" in stages:
-            averaged = f"average {row}" in stages
+        if stage_names.train(row) in stages:
+            averaged = stage_names.average(row) in stages
             stripped = [best, *([save_dir / "checkpoint_average.pt"] if averaged else
                                 list(by_update.values())[-convergence.AVERAGED:])]
         else:
@@ -98,7 +98,8 @@ def save(work: Path, archive: Path) -> Path:
             if path.is_file() and not LEFT_BEHIND.match(relative):
                 (staged / relative).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(path, staged / relative)
-        (staged / "stages.json").write_text(json.dumps({k: v for k, v in stages.items() if k != "corpus"}, indent=2))
+        carried = {k: v for k, v in stages.items() if k != stage_names.CORPUS}
+        (staged / "stages.json").write_text(json.dumps(carried, indent=2))
         best_is_last = _checkpoints(work, stages, config, staged)
         (staged / MANIFEST).write_text(json.dumps({"source": str(work.resolve()), "best_is_last": best_is_last},
                                                   indent=2))

@@ -33,7 +33,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import convergence, fairseq_runs, provenance
+from . import convergence, fairseq_runs, provenance, stage_names
 from .experiment import Stages
 from .rows import Row, compare, hypothesis_file, score_row, tune_row
 from .warm_starts import step0_losses
@@ -166,7 +166,7 @@ class ConvergedTable:
     def continued_lr(self) -> float:
         """The learning rate the Transformer had reached at its best checkpoint (where b. starts), on the
         schedule that trained it (an imported Transformer's own)."""
-        best_update = self.stages.done[f"train {REFERENCE}"]["best_update"]
+        best_update = self.stages.done[stage_names.train(REFERENCE)]["best_update"]
         schedule = self.imported["config"] if self.imported else vars(self.args)
         return fairseq_runs.inverse_sqrt_lr(best_update, schedule["lr"], schedule["warmup"])
 
@@ -200,7 +200,7 @@ class ConvergedTable:
             return training_record(progress, log_dir, converged, hp["lr"], mean_load(self.load_log, start, time.time()),
                                    provenance.provenance(self.args.gpu))
 
-        return self.stages.run(f"train {row.name}", run, save_dir / "checkpoint_best.pt")
+        return self.stages.run(stage_names.train(row.name), run, save_dir / "checkpoint_best.pt")
 
     def average(self, row: Row) -> Path:
         """The average of the row's last :data:`~.convergence.AVERAGED` interval checkpoints."""
@@ -211,7 +211,7 @@ class ConvergedTable:
             convergence.average_checkpoints(paths, out)
             return {"updates": [convergence.checkpoint_updates(p)[0] for p in paths]}
 
-        self.stages.run(f"average {row.name}", run, out)
+        self.stages.run(stage_names.average(row.name), run, out)
         return out
 
     def score_references(self, row: Row) -> Dict[str, object]:
@@ -225,7 +225,7 @@ class ConvergedTable:
             hypotheses = convergence.hypothesis_scores(hypothesis_file(self.work, row.name))
             return convergence.search_errors(hypotheses, convergence.hypothesis_scores(out))
 
-        return self.stages.run(f"score references {row.name}", run, out)
+        return self.stages.run(stage_names.score_references(row.name), run, out)
 
     def continued_starts(self) -> Optional[Dict[str, Dict[str, float]]]:
         """Where the continued rows start: the validation loss of each continued system built from the
@@ -242,14 +242,14 @@ class ConvergedTable:
     def evaluate(self, row: Row) -> Dict[str, object]:
         best = self.save_dir(row.name) / "checkpoint_best.pt"
         args, refs, tokenize = self.args, (self.raw_refs, self.num_test), self.args.sacrebleu_tokenize
-        result = {**self.stages.done[f"train {row.name}"], **asdict(row),
+        result = {**self.stages.done[stage_names.train(row.name)], **asdict(row),
                   **score_row(row, args, self.data_bin, self.stages, self.hp, *refs, checkpoint=best,
                               tokenize=tokenize),
                   "curve": convergence.validation_curve(segment_logs(self.log_dir(row.name))),
                   "checkpoint": str(best)}
         result["average"] = {**score_row(row, args, self.data_bin, self.stages, self.hp, *refs,
                                          checkpoint=self.average(row), variant=".average", tokenize=tokenize),
-                             **self.stages.done[f"average {row.name}"]}
+                             **self.stages.done[stage_names.average(row.name)]}
         result["references"] = self.score_references(row)
         if args.lenpen_grid:
             result["tuned"] = tune_row(row, args, self.data_bin, self.stages, self.hp, *refs, self.valid_refs, best,
@@ -266,7 +266,7 @@ class ConvergedTable:
         def collect(row: Row) -> None:  # the imported Transformer, or a trained row evaluated
             if row.name == REFERENCE and self.imported:  # scored where it was trained
                 results[row.name] = {**self.imported["result"], "imported_from": self.imported["source"]}
-            elif f"train {row.name}" in self.stages.done:
+            elif stage_names.train(row.name) in self.stages.done:
                 results[row.name] = self.evaluate(row)
             if row.name == REFERENCE and row.name in results:
                 self.step0 = self.continued_starts()
@@ -278,7 +278,7 @@ class ConvergedTable:
                 wanted = not self.args.report_only and (not self.args.rows or row.name in self.args.rows)
                 if not wanted:
                     continue
-                if row.protocol == "continued" and f"train {REFERENCE}" not in self.stages.done:
+                if row.protocol == "continued" and stage_names.train(REFERENCE) not in self.stages.done:
                     print(f"[converged] {row.name}: pending until {REFERENCE} has converged", flush=True)
                     continue
                 try:

@@ -7,7 +7,7 @@ from typing import List, Tuple
 
 from ..analysis.scoring import read_lines
 from . import corpus as corpus_mod
-from . import fairseq_runs, subwords
+from . import fairseq_runs, stage_names, subwords
 from .corpus import Pair
 from .experiment import QUICK_LIMITS, Stages
 
@@ -19,7 +19,7 @@ def unpack_corpus(tarball: "corpus_mod.CorpusTarball", dest: Path, pair, stages:
         corpus_mod.check_corpus_dir(directory, pair)
         return {"directory": str(directory)}
 
-    done = stages.run("corpus", unpack, dest)
+    done = stages.run(stage_names.CORPUS, unpack, dest)
     # work directories from before tarballs with a top-level folder were accepted recorded split sizes only
     return Path(done["directory"]) if "directory" in done else dest
 
@@ -49,7 +49,7 @@ def prepare_data(work: Path, corpus_dir: Path, pair: Pair, method: str, size: in
         return {**subwords.encode_corpus(model, corpus_dir, pair, encoded, max_train_tokens, limits),
                 "vocab_size": learnt}
 
-    stages.run("subwords", make_subwords, model.path)
+    stages.run(stage_names.SUBWORDS, make_subwords, model.path)
     data_bin = work / "data-bin"
 
     def binarise():
@@ -62,7 +62,7 @@ def prepare_data(work: Path, corpus_dir: Path, pair: Pair, method: str, size: in
             "--workers", "2"], work / "logs" / "preprocess.log")
         return {}
 
-    stages.run("binarise", binarise, data_bin / f"dict.{pair[0]}.txt")
+    stages.run(stage_names.BINARISE, binarise, data_bin / f"dict.{pair[0]}.txt")
     return data_bin
 
 

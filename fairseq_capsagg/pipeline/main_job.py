@@ -24,7 +24,7 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import fairseq_runs, provenance, report, subwords
+from . import fairseq_runs, provenance, report, stage_names, subwords
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, hypothesis_file, score_row
@@ -119,7 +119,7 @@ def train_row(setup: Setup, name: str, system: str, max_update: int, extra: Sequ
         return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
                 "target_tokens_per_s": summary["wps"], "train_seconds": earlier_seconds + summary["train_wall"]}
 
-    return dict(setup.stages.run(f"train {name}", run, save_dir / "checkpoint_last.pt"), system=system,
+    return dict(setup.stages.run(stage_names.train(name), run, save_dir / "checkpoint_last.pt"), system=system,
                 checkpoint=str(save_dir / "checkpoint_last.pt"))
 
 
@@ -183,7 +183,7 @@ def main(argv=None) -> int:
     if not args.no_equal_time:
         results.update(equal_time_rows(args, setup, results))
         if fairseq_runs.BASELINE in results:
-            step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
+            step0 = stages.run(stage_names.STEP0_WARM_STARTS, lambda: step0_losses(
                 results[fairseq_runs.BASELINE]["checkpoint"], data_bin, args.shape))
 
     raw_refs, num_test = references(work, corpus_dir, args.subwords, args.target_lang)

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional, Sequence
 
+from . import stage_names
 from .by_method import RESULTS
 from .convergence import StopRule, train_stretches, validation_curve
 from .converged import SECOND_SEED, converged_rows, segment_logs
@@ -24,7 +25,7 @@ RECENT = 5
 def trained(workdir: Path) -> List[str]:
     """The rows of ``workdir`` whose training has finished, in the order they finished."""
     done = json.loads((workdir / "stages.json").read_text()) if (workdir / "stages.json").exists() else {}
-    return [stage[len("train "):] for stage in done if stage.startswith("train ")]
+    return stage_names.trained_rows(done)
 
 
 def stop_clause(config: dict, name: str, logs: Sequence[Path], curve: Sequence[dict], update: int,

@@ -21,7 +21,7 @@ import tarfile
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from . import convergence
+from . import convergence, stage_names
 from .converged import CONTINUED_REFERENCE, REFERENCE
 from .corpus import DEFAULT_PAIR
 from .experiment import Stages
@@ -29,7 +29,7 @@ from .experiment import Stages
 #: The data settings a pack and the run importing it must share (the checkpoint's vocabulary and shape).
 DATA_KEYS = ("shape", "vocab_size", "max_train_tokens", "quick", "source_lang", "target_lang")
 #: The stages of the source work directory that the pack carries (the data, and the Transformer's training).
-CARRIED_STAGES = ("subwords", "binarise", f"train {REFERENCE}")
+CARRIED_STAGES = (stage_names.SUBWORDS, stage_names.BINARISE, stage_names.train(REFERENCE))
 MANIFEST = "reference.json"
 
 

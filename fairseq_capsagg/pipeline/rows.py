@@ -11,7 +11,7 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from ..analysis.scoring import significance_mark
-from . import fairseq_runs, length_penalty, report
+from . import fairseq_runs, length_penalty, report, stage_names
 from .experiment import Stages
 
 
@@ -111,8 +111,7 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
                 **scoring.corpus_scores(hyps, raw_refs, tokenize),
                 "params": report.count_checkpoint_parameters(checkpoint)}
 
-    stage = f"translate and score {row.name}" + (f" ({variant.lstrip('.')})" if variant else "")
-    return stages.run(stage, translate, hyp_file)
+    return stages.run(stage_names.translate_and_score(row.name, variant), translate, hyp_file)
 
 
 def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,

@@ -21,11 +21,9 @@ import time
 from pathlib import Path
 from typing import Dict, Optional, Sequence
 
-from . import convergence, provenance
+from . import convergence, provenance, stage_names
 from .converged import REFERENCE, mean_load, training_record
 
-#: The stages a snapshot shares with its source: the data its checkpoints were trained on.
-DATA_STAGES = ("corpus", "subwords", "binarise")
 #: The frozen commit a queue trains with (examples/converged_queue.sh writes it into the work directory).
 QUEUE_COMMIT = "queue.commit"
 
@@ -59,9 +57,9 @@ def _check_freezable(work: Path, dest: Path, stages: Dict[str, object]) -> None:
     with a best checkpoint, and ``dest`` is free."""
     if dest.exists():
         raise SnapshotError(f"{dest} exists; a snapshot goes into a new work directory")
-    if f"train {REFERENCE}" in stages:
+    if stage_names.train(REFERENCE) in stages:
         raise SnapshotError(f"{work}: {REFERENCE} has finished training; score and pack {work} itself")
-    missing = [name for name in DATA_STAGES if name not in stages]
+    missing = [name for name in stage_names.DATA_STAGES if name not in stages]
     if missing or not (work / "checkpoints" / REFERENCE / "checkpoint_best.pt").is_file():
         raise SnapshotError(f"{work}: {REFERENCE} has no checkpoint yet "
                             f"({', '.join(missing) + ' not done' if missing else 'no checkpoint_best.pt'})")
@@ -116,8 +114,8 @@ def freeze(work: Path, dest: Path) -> Dict[str, object]:
     record = {**training_record(convergence.on_disk(save_dir), log_dir, False, lr,
                                 mean_load(load_log, 0, time.time()), _trained_by(work)),
               "snapshot": True}
-    done = {name: stages[name] for name in DATA_STAGES}
-    done[f"train {REFERENCE}"] = record
+    done = {name: stages[name] for name in stage_names.DATA_STAGES}
+    done[stage_names.train(REFERENCE)] = record
     (dest / "stages.json").write_text(json.dumps(done, indent=2))
     return record
 

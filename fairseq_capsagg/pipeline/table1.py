@@ -50,7 +50,7 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, converged_report, fairseq_runs, provenance, publish, reference_pack, report
+from . import converged, converged_report, fairseq_runs, provenance, publish, reference_pack, report, stage_names
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, hypothesis_file, score_row, tune_row
@@ -279,7 +279,7 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
                 "grad_norm": summary["gnorm"], "clip_percent": summary["clip"],
                 "load_average": os.getloadavg()[2], **provenance.provenance(args.gpu)}
 
-    return stages.run(f"train {row.name}", run, save_dir / "checkpoint_last.pt")
+    return stages.run(stage_names.train(row.name), run, save_dir / "checkpoint_last.pt")
 
 
 class Prepared(NamedTuple):
@@ -367,7 +367,7 @@ def trained_result(row: Row, args: argparse.Namespace, stages: Stages, prepared:
     ``--lenpen-grid``, with the length penalty tuned on the validation split), its settings and final
     validation loss."""
     checkpoint = args.workdir / "checkpoints" / row.name / "checkpoint_last.pt"
-    result = {**stages.done[f"train {row.name}"],
+    result = {**stages.done[stage_names.train(row.name)],
               **score_row(row, args, prepared.data_bin, stages, prepared.hp, prepared.raw_refs, prepared.num_test,
                           checkpoint=checkpoint, tokenize=args.sacrebleu_tokenize),
               **asdict(row),
@@ -387,17 +387,17 @@ def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows
     data_bin, hp, raw_refs, num_test = prepared.data_bin, prepared.hp, prepared.raw_refs, prepared.num_test
     results: Dict[str, Dict[str, object]] = {}
     for row in rows:
-        done = f"translate and score {row.name}" in stages.done
+        done = stage_names.translate_and_score(row.name) in stages.done
         if not args.report_only and (not args.rows or row.name in args.rows) and not done:
-            stages.done[f"train {row.name}"] = train_row(row, args, data_bin, stages, hp)
-        if f"train {row.name}" in stages.done:
+            stages.done[stage_names.train(row.name)] = train_row(row, args, data_bin, stages, hp)
+        if stage_names.train(row.name) in stages.done:
             results[row.name] = trained_result(row, args, stages, prepared)
     compare(rows, results, lambda name: hypothesis_file(work, name), raw_refs, num_test, tokenize)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
     compare(rows, tuned, lambda name: hypothesis_file(work, f"{name}.lenpen"), raw_refs, num_test, tokenize)
     step0 = None
     if args.table == "paper" and "scratch-baseline-s1" in results:
-        step0 = stages.run("validation loss at step 0 of warm starts", lambda: step0_losses(
+        step0 = stages.run(stage_names.STEP0_WARM_STARTS, lambda: step0_losses(
             results["scratch-baseline-s1"]["checkpoint"], data_bin, args.shape))
     warm = (f"warm start {args.warm_updates} more updates (ramp {args.ramp_updates}); " if args.table == "paper"
             else "")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fairseq_capsagg.pipeline import reference_pack, snapshot
+from fairseq_capsagg.pipeline import reference_pack, snapshot, stage_names
 from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import ROOT, table1
 from published import converged_table
@@ -248,7 +248,7 @@ def still_training(workdir, dest):
     checkpoints and logs on disk, its training not recorded as done."""
     shutil.copytree(workdir, dest)
     stages = json.loads((dest / "stages.json").read_text())
-    (dest / "stages.json").write_text(json.dumps({k: v for k, v in stages.items() if k in snapshot.DATA_STAGES}))
+    (dest / "stages.json").write_text(json.dumps({k: v for k, v in stages.items() if k in stage_names.DATA_STAGES}))
     return dest
 
 
@@ -262,7 +262,7 @@ def test_a_transformer_still_training_is_scored_and_packed_as_a_snapshot(quick_c
     made = subprocess.run(["bash", script, "snapshot", str(training), "--quick"], capture_output=True, text=True,
                           env=env, timeout=600)
     assert made.returncode == 0, made.stderr[-3000:]
-    assert json.loads((training / "stages.json").read_text()).keys() == set(snapshot.DATA_STAGES)  # untouched
+    assert json.loads((training / "stages.json").read_text()).keys() == set(stage_names.DATA_STAGES)  # untouched
     source = json.loads((publish / "converged-cpu.json").read_text())["results"]["converged-baseline-s1"]
     frozen = json.loads((tmp_path / "snapshot" / "converged.json").read_text())["results"]["converged-baseline-s1"]
     assert frozen["snapshot"] is True and frozen["converged"] is False

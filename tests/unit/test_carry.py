@@ -104,6 +104,6 @@ def test_a_restore_never_overwrites_a_run_and_bad_calls_are_one_line(tmp_path):
     with pytest.raises(carry.CarryError, match="holds a run already"):
         carry.restore(archive, work)
     result = subprocess.run([sys.executable, "-m", "fairseq_capsagg.pipeline.carry", "save", str(tmp_path / "none"),
-                             str(tmp_path / "x.tar.xz")], capture_output=True, text=True, timeout=120)
+                             str(tmp_path / "x.tar.xz")], capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "carry: error: " in result.stderr and "nothing to carry" in result.stderr

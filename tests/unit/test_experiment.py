@@ -1,12 +1,13 @@
 """What every driver shares: one process per work directory, a work directory of one configuration, the
-one --quick mode, the tables' note on sentences scored as empty."""
+one --quick mode, the tables' note on sentences scored as empty, the names of the stages it records."""
 
 import argparse
+import json
 import os
 
 import pytest
 
-from fairseq_capsagg.pipeline import report
+from fairseq_capsagg.pipeline import report, stage_names
 from fairseq_capsagg.pipeline.experiment import (
     MAX_LEN,
     QUICK,
@@ -55,3 +56,18 @@ def test_a_table_names_the_sentences_it_scores_as_empty_and_the_rows_that_do():
     some = report.format_untranslated({"a": {"untranslated_ids": [5]}, "b": {"untranslated_ids": []},
                                        "c": {"untranslated_ids": [7]}})
     assert some.endswith(": 5 in `a`; 7 in `c`.")
+
+
+def test_stage_names_are_those_the_carried_work_directories_hold_and_trained_rows_reads_them_back(tmp_path):
+    # carry/converged.tar.xz and the earlier runs' stages.json hold these keys: a renamed stage would retrain a row
+    assert stage_names.DATA_STAGES == ("corpus", "subwords", "binarise")
+    assert stage_names.train("converged-baseline-s1") == "train converged-baseline-s1"
+    assert stage_names.average("converged-mudd-s1") == "average converged-mudd-s1"
+    assert stage_names.translate_and_score("converged-mudd-s1", ".average") == (
+        "translate and score converged-mudd-s1 (average)")
+    stages = open_workdir(tmp_path, {"lr": 0.002})
+    for stage in ["corpus", stage_names.train("b"), stage_names.translate_and_score("b"), stage_names.train("a"),
+                  stage_names.average("a")]:
+        stages.run(stage, dict)
+    stages.close()
+    assert stage_names.trained_rows(json.loads((tmp_path / "stages.json").read_text())) == ["b", "a"]
