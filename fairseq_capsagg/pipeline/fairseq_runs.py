@@ -1,5 +1,8 @@
-"""Runs fairseq's console scripts, shows their progress and reads their logs."""
+"""Runs fairseq's console scripts (fairseq-generate inside the driver's own process), shows their progress and
+reads their logs."""
 
+import contextlib
+import logging
 import math
 import os
 import re
@@ -7,8 +10,12 @@ import shutil
 import subprocess
 import sys
 import time
+import traceback
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
+
+from fairseq import options
+from fairseq_cli import generate as fairseq_generate
 
 from .. import USER_DIR
 from ..aggregators import families, family_class
@@ -92,6 +99,59 @@ def run_logged(tool: str, args: Sequence[str], log: Path, stdout_file: Optional[
     if code != 0:
         raise ToolFailed(f"{tool} failed with exit code {code}; its log is {log}")
     return time.time() - start
+
+
+#: fairseq's log line, as its console scripts configure it.
+LOG_FORMAT = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+LOG_DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
+@contextlib.contextmanager
+def logged_to(log: Path) -> Iterator[None]:
+    """While it lasts, the log lines and the standard error of this process go to ``log``, and the log lines,
+    indented, to standard output too (as :func:`run_logged` keeps and shows a console script's), instead of to
+    its own handlers, which it then restores."""
+    root = logging.getLogger()
+    with open(log, "w", encoding="utf-8", buffering=1) as log_f, contextlib.redirect_stderr(log_f):
+        to_file, echo = logging.StreamHandler(log_f), logging.StreamHandler(sys.stdout)
+        to_file.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATE_FORMAT))
+        echo.setFormatter(logging.Formatter("    " + LOG_FORMAT, LOG_DATE_FORMAT))
+        saved, level = root.handlers[:], root.level
+        root.handlers, root.level = [to_file, echo], min(level, logging.INFO)
+        try:
+            yield
+        finally:
+            root.handlers, root.level = saved, level
+
+
+def run_generate(args: Sequence[str], log: Path, hyp_file: Path) -> None:
+    """``fairseq-generate ARGS`` inside this process, as its console script runs it (``fairseq_cli.generate``
+    on the same parsed arguments, with ``--log-format simple`` as when its standard error is no terminal): its
+    standard output (``S-``/``H-``/``D-`` lines) into ``hyp_file``, its log into ``log``.
+
+    A driver decodes every row several times (the best checkpoint, the average, the references' scores, the
+    length penalty's validation n-best, the tuned penalty), and a ``fairseq-generate`` process spends seconds
+    importing torch, fairseq and every criterion fairseq registers (scikit-learn's among them) before it reads
+    a sentence: on 2 CPU cores, most of a quick decoding. The driver has imported them already.
+
+    Raises:
+        ToolFailed: fairseq stopped with an error or refused an argument (its traceback is in ``log``).
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    parser = options.get_generation_parser()
+    parser.prog = "fairseq-generate"
+    # as the console script does (fairseq_cli/generate.py, cli_main), for the tasks that read a model's flags
+    parser.add_argument("--arch", "-a", metavar="ARCH", default="wav2vec2")
+    with logged_to(log), open(hyp_file, "w", encoding="utf-8") as out, contextlib.redirect_stdout(out):
+        try:
+            fairseq_generate.main(options.parse_args_and_arch(parser, [*args, "--log-format", "simple"]))
+        except SystemExit as refusal:  # argparse's, its message in the log
+            raise ToolFailed(f"fairseq-generate refused its arguments (exit code {refusal.code}); its log is {log}") \
+                from None
+        except Exception as error:
+            logging.getLogger(__name__).error("fairseq-generate failed:\n%s", traceback.format_exc())
+            raise ToolFailed(f"fairseq-generate failed ({type(error).__name__}: {error}); its log is {log}") \
+                from error
 
 
 def arch_flags(system: str, shape: str) -> List[str]:
@@ -203,12 +263,9 @@ def final_valid_loss(log: Path) -> Optional[Dict[str, float]]:
 FAIRSEQ_BATCH_MULTIPLE = 8
 
 
-def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
-             hparams: Dict[str, object], subset: str = "test", extra: Sequence[str] = ()) -> float:
-    """Beam-search decoding of ``subset``; returns sentences per second as fairseq reports it.
-
-    ``hparams["lenpen"]``, when given, is fairseq's ``--lenpen`` (otherwise fairseq's default);
-    ``extra``: more ``fairseq-generate`` flags (``--score-reference``).
+def generate_args(data_bin: Path, checkpoint: Path, hparams: Dict[str, object], subset: str = "test") -> List[str]:
+    """``fairseq-generate``'s arguments for a beam-search decoding of ``subset`` with ``hparams``
+    (``hparams["lenpen"]``, when given, is fairseq's ``--lenpen``; otherwise fairseq's default).
 
     Every sentence is decoded: fairseq drops the last batch of a split when its size is not a multiple
     of ``--required-batch-size-multiple`` (8 by default; fairseq issue #5036), and batches are ordered
@@ -221,9 +278,15 @@ def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
             "--max-len-a", str(hparams["max_len"][0]), "--max-len-b", str(hparams["max_len"][1]),
             "--max-source-positions", "1024", "--max-target-positions", "1024", "--skip-invalid-size-inputs-valid-test",
             "--required-batch-size-multiple", "1", "--user-dir", USER_DIR, *hparams["device_flags"]]
-    if "lenpen" in hparams:
-        args += ["--lenpen", str(hparams["lenpen"])]
-    run_logged("fairseq-generate", [*args, *extra], log, stdout_file=hyp_file)
+    return args + (["--lenpen", str(hparams["lenpen"])] if "lenpen" in hparams else [])
+
+
+def generate(data_bin: Path, checkpoint: Path, hyp_file: Path, log: Path,
+             hparams: Dict[str, object], subset: str = "test", extra: Sequence[str] = ()) -> float:
+    """Beam-search decoding of ``subset`` (:func:`generate_args`, with ``extra``: more ``fairseq-generate``
+    flags, ``--score-reference``) in this process (:func:`run_generate`); returns sentences per second as
+    fairseq reports it."""
+    run_generate([*generate_args(data_bin, checkpoint, hparams, subset), *extra], log, hyp_file)
     match = re.search(r"\(([0-9.]+) sentences/s", hyp_file.read_text(encoding="utf-8") + log.read_text())
     if not match:
         raise RuntimeError(f"fairseq-generate printed no speed line; see {log}")

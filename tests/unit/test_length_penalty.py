@@ -23,13 +23,12 @@ def test_best_length_penalty(valid_bleu, best):
 def _generate_args(monkeypatch, tmp_path: Path, **extra) -> list:
     seen = {}
 
-    def fake_run_logged(tool, args, log, stdout_file=None):
+    def fake_run_generate(args, log, hyp_file):
         seen["args"] = list(args)
-        stdout_file.write_text("Translated 1 sentences (1 tokens) in 1.0s (1.00 sentences/s, 1.0 tokens/s)\n")
+        hyp_file.write_text("Translated 1 sentences (1 tokens) in 1.0s (1.00 sentences/s, 1.0 tokens/s)\n")
         log.write_text("")
-        return 1.0
 
-    monkeypatch.setattr(fairseq_runs, "run_logged", fake_run_logged)
+    monkeypatch.setattr(fairseq_runs, "run_generate", fake_run_generate)
     hparams = {"pair": ("en", "de"), "beam": 4, "decode_batch": 8, "remove_bpe": "sentencepiece",
                "device_flags": ["--cpu"], "max_len": MAX_LEN, **extra}
     fairseq_runs.generate(tmp_path, tmp_path / "m.pt", tmp_path / "hyp.txt", tmp_path / "log", hparams)
