@@ -4,6 +4,7 @@ training read from its fairseq logs; what ``examples/converged_queue.sh status``
 
 import argparse
 import json
+import os
 import re
 import statistics
 import sys
@@ -127,9 +128,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not table.is_file():
             parser.error(f"--against: {table} does not exist")
     done = trained(args.workdir)
-    print(f"{args.workdir}: rows trained: {', '.join(done) or 'none yet'}")
-    for line in progress(args.workdir, done, args.against):
-        print(line)
+    try:
+        print(f"{args.workdir}: rows trained: {', '.join(done) or 'none yet'}")
+        for line in progress(args.workdir, done, args.against):
+            print(line)
+        sys.stdout.flush()
+    except BrokenPipeError:  # its reader stopped early (`status | head`): what it read stands, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit fails no more
     return 0
 
 

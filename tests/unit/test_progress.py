@@ -1,7 +1,9 @@
 """What the queue's ``status`` prints (fairseq_capsagg.pipeline.progress): the rows trained, and each unfinished
 row's update, speed, validations and where it stops, read from its fairseq logs."""
 
+import io
 import json
+import os
 
 import pytest
 
@@ -126,3 +128,17 @@ def test_the_progress_command_names_the_rows_trained_then_the_rows_training(tmp_
         f"{tmp_path}: rows trained: scratch-baseline-s1, warm-linagg",
         "time-hc-s1: update 20 (0.17 updates/s lately); validation loss 9.336 at 10, 9.066 at 20; "
         "stops at 60 (in about 4 min)"]
+
+
+def test_the_progress_command_ends_quietly_when_its_reader_stops_reading(tmp_path, monkeypatch):
+    """``converged_queue.sh status | head -1``: the pipe's reader is gone before the command has printed; it
+    returns 0 as a command cut short should, not with a BrokenPipeError (a traceback on standard error)."""
+    (tmp_path / "config.json").write_text(json.dumps({"max_update": 900, "warm_updates": 600}))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    pipe = io.TextIOWrapper(io.FileIO(write_end, "w"), line_buffering=True)
+    monkeypatch.setattr("sys.stdout", pipe)
+    assert progress.main([str(tmp_path)]) == 0
+    pipe.write("written after the reader left\n")
+    pipe.flush()  # what is left goes nowhere, as it does at the interpreter's exit
+    pipe.close()
