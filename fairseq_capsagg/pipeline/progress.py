@@ -134,7 +134,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(line)
         sys.stdout.flush()
     except BrokenPipeError:  # its reader stopped early (`status | head`): what it read stands, and no traceback
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # so that the flush at exit fails no more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the flush at exit fails no more
+        os.close(devnull)
     return 0
 
 
