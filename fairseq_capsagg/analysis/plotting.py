@@ -97,3 +97,25 @@ def plot_validation_curves(curves: Dict[str, Dict[str, Tuple[Sequence[float], Se
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def plot_ratio_curves(lines: Dict[str, Tuple[Sequence[int], Sequence[float]]], band: Dict[int, Tuple[float, float]],
+                      path: Path) -> None:
+    """Compute-equivalence (the Transformer's updates over a row's for the same validation loss) against the row's
+    updates, one line per row, the Transformer's run-to-run band shaded and 1 (no saving) dashed."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    if band:
+        updates = sorted(band)
+        ax.fill_between(updates, [band[u][0] for u in updates], [band[u][1] for u in updates], color="grey",
+                        alpha=0.3, label="Transformer against its other run")
+    ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
+    for name, (x, y) in lines.items():
+        ax.plot(x, y, marker="o", label=name)
+    ax.set_xlabel("updates of the row")
+    ax.set_ylabel("Transformer's updates / row's")
+    ax.set_title("compute-equivalence from scratch")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

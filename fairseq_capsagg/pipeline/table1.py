@@ -40,6 +40,7 @@ the ones not trained yet as pending.
 """
 
 import argparse
+import json
 import os
 import sys
 from dataclasses import asdict
@@ -50,7 +51,8 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from . import corpus as corpus_mod
-from . import converged, converged_report, fairseq_runs, provenance, publish, reference_pack, report, stage_names
+from . import (converged, converged_report, equivalence, equivalence_report, fairseq_runs, provenance, publish,
+               reference_pack, report, stage_names)
 from .data import prepare_data, references, unpack_corpus
 from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from .rows import Row, compare, hypothesis_file, score_row, tune_row
@@ -66,7 +68,11 @@ SUBWORDS = "sentencepiece"
 
 
 #: The tables this script writes: its file name stem and the title of each protocol.
-TABLES = {"paper": "table1", "peers": "peers", "converged": "converged"}
+TABLES = {"paper": "table1", "peers": "peers", "converged": "converged", "compute-equivalence": "compute-equivalence"}
+#: The tables trained by the stop rule (:mod:`.converged`): validated on a grid, averaged, capped.
+STOP_RULE_TABLES = ("converged", "compute-equivalence")
+#: ``--update-cap`` of each of them.
+UPDATE_CAP = {"converged": 30000, "compute-equivalence": equivalence.UPDATE_CAP}
 
 #: Further updates of every warm-start row: the paper's table (about 2/3 of an epoch), and the rows
 #: continued from the converged Transformer (at least three epochs).
@@ -77,7 +83,7 @@ LENPEN_GRID = "0.5,1,1.5,2,3"
 #: Systems trained from scratch with a second seed by default: the baseline and EM routing (the noise
 #: on the page), and in the paper's table the two combinations, whose gains over the baseline are its claims.
 SECOND_SEED = {"paper": ("baseline", "emrouting", "linagg", "dyncomb"), "peers": ("baseline", "emrouting"),
-               "converged": converged.SECOND_SEED}
+               "converged": converged.SECOND_SEED, "compute-equivalence": ()}
 
 
 def bundled_pairs() -> str:
@@ -102,6 +108,8 @@ def rows_of(args: argparse.Namespace) -> List[Row]:
     only: a row from scratch here would be read against a Transformer trained elsewhere, with other batches."""
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
+    if args.table == "compute-equivalence":
+        return equivalence.equivalence_rows(args.systems)
     if args.table == "converged":
         rows = converged.converged_rows(args.systems, args.second_seed)
         if args.reference_from is not None:
@@ -138,11 +146,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"K: updates of every warm-start row (default {WARM_UPDATES['paper']}; with --table converged "
                         f"{WARM_UPDATES['converged']}, the further updates of every continued row)")
     p.add_argument("--validate-interval-updates", type=int, default=500,
-                   help="--table converged: validation every N updates (fairseq's, on the validation split)")
-    p.add_argument("--patience-updates", type=int, default=3000,
+                   help="--table converged, compute-equivalence: validation every N updates (fairseq's, on the "
+                        "validation split)")
+    p.add_argument("--patience-updates", type=int, default=None,
                    help="--table converged: a row from scratch stops when its best validation loss has not "
-                        "improved for N updates")
-    p.add_argument("--update-cap", type=int, default=30000, help="--table converged: at most N updates per row")
+                        "improved for N updates (default 3000; compute-equivalence rows train to the cap)")
+    p.add_argument("--update-cap", type=int, default=None,
+                   help="--table converged, compute-equivalence: at most N updates per row (default "
+                        + ", ".join(f"{n} with {table}" for table, n in UPDATE_CAP.items()) + ")")
+    p.add_argument("--reference-curve", type=Path, action="append", default=[],
+                   help="--table compute-equivalence (required, once per run): a converged table's JSON "
+                        "(capsagg-table1 --table converged) whose Transformer's validation curve the rows are placed "
+                        "on, e.g. docs/results/converged-cpu.json")
     p.add_argument("--ramp-updates", type=int, default=200,
                    help="--aggregation-ramp-updates of the warm-started aggregators")
     p.add_argument("--lenpen-grid", default=None,
@@ -169,8 +184,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.pair not in corpus_mod.BUNDLED:
         p.error(f"--source-lang {args.source_lang} --target-lang {args.target_lang}: no bundled corpus of that "
                 f"pair; choose from {bundled_pairs()}")
-    apply_table_defaults(args)
     try:
+        apply_table_defaults(args)
         check_settings(args)
         if args.quick:
             apply_quick(args)
@@ -181,10 +196,20 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def apply_table_defaults(args: argparse.Namespace) -> None:
-    """The flags left unset take ``args.table``'s defaults; the comma-separated lists become lists."""
+    """The flags left unset take ``args.table``'s defaults; the comma-separated lists become lists. ValueError
+    naming a flag that ``args.table`` does not take."""
     args.sacrebleu_tokenize = scoring.bleu_tokenizer(args.target_lang)
     if args.workdir is None:
-        args.workdir = Path("runs/" + pair_suffixed("converged" if args.table == "converged" else "table1", args.pair))
+        stem = args.table if args.table in STOP_RULE_TABLES else "table1"
+        args.workdir = Path("runs/" + pair_suffixed(stem, args.pair))
+    if args.table in STOP_RULE_TABLES:
+        if args.update_cap is None:
+            args.update_cap = UPDATE_CAP[args.table]
+        if args.table == "compute-equivalence" and args.patience_updates is not None:
+            raise ValueError("--patience-updates: not with --table compute-equivalence (its rows train to "
+                             "--update-cap)")
+        if args.patience_updates is None:
+            args.patience_updates = 3000 if args.table == "converged" else args.update_cap
     if args.warm_updates is None:
         args.warm_updates = WARM_UPDATES["converged" if args.table == "converged" else "paper"]
     if args.lenpen_grid is None:
@@ -192,6 +217,7 @@ def apply_table_defaults(args: argparse.Namespace) -> None:
     if args.systems is None:
         args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
                                 else converged.default_systems() if args.table == "converged"
+                                else equivalence.SYSTEMS if args.table == "compute-equivalence"
                                 else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
     default_second_seed = args.second_seed is None
     for key in ("systems", "second_seed", "rows"):
@@ -204,9 +230,11 @@ def check_settings(args: argparse.Namespace) -> None:
     """ValueError naming the flag when a system, the length-penalty grid or a number of updates is not one
     allowed; the grid becomes its sorted numbers."""
     bad = [s for s in args.systems + args.second_seed if s not in fairseq_runs.systems()]
-    if bad or "baseline" not in args.systems:
+    needs_baseline = args.table != "compute-equivalence"  # placed on published Transformer curves instead
+    if bad or not args.systems or (needs_baseline and "baseline" not in args.systems):
         raise ValueError(f"--systems/--second-seed: unknown {bad} or no baseline; choose from "
-                         f"{', '.join(fairseq_runs.systems())} (baseline is required)")
+                         f"{', '.join(fairseq_runs.systems())} (baseline is required but with --table "
+                         "compute-equivalence)")
     try:
         args.lenpen_grid = sorted({float(v) for v in args.lenpen_grid.split(",") if v.strip()})
     except ValueError:
@@ -221,18 +249,35 @@ def check_table(args: argparse.Namespace) -> None:
     peers' speed ratios, and checks ``--rows`` against the table's rows."""
     if args.reference_from is not None and args.table != "converged":
         raise ValueError(f"--reference-from: only with --table converged (got --table {args.table})")
-    if args.table == "converged":
+    if args.table == "compute-equivalence":
+        args.patience_updates = args.update_cap  # after --quick's: no early stop, every row trains to the cap
+        if not args.reference_curve:
+            raise ValueError("--reference-curve: required with --table compute-equivalence (a converged table's "
+                             "JSON, once per Transformer run, e.g. docs/results/converged-cpu.json)")
+        args.reference_curves = equivalence_report.read_reference_curves(args.reference_curve)
+    if args.table in STOP_RULE_TABLES:
         converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
+    if args.table == "converged":
         if args.warm_updates % args.validate_interval_updates:
             raise ValueError(f"--warm-updates {args.warm_updates}: a multiple of --validate-interval-updates "
                              f"{args.validate_interval_updates} (the continued rows are validated and averaged on "
                              "that grid)")
     args.speed_ratios = (read_speed_ratios(args.speed_json, args.shape, args.systems) if args.table == "peers"
+                         else measured_speed_ratios(args.speed_json, args.shape) if args.table == "compute-equivalence"
                          else {})
     names = [row.name for row in rows_of(args)]
     unknown = [r for r in args.rows if r not in names]
     if unknown:
         raise ValueError(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
+
+
+def measured_speed_ratios(path: Path, shape: str) -> Dict[str, float]:
+    """The training-speed ratios at ``shape`` that ``path`` (``benchmarks/speed.py``'s JSON) holds, for as many
+    systems as it measured (a row without one has no ratio in seconds); none without the file."""
+    if not path.is_file():
+        return {}
+    rows = json.loads(path.read_text())["rows"]
+    return {r["system"]: r["train_tokens_per_s_ratio"] for r in rows if r["shape"] == shape}
 
 
 def config_of(args: argparse.Namespace) -> Dict[str, object]:
@@ -241,6 +286,9 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
             "max_tokens", "lr", "warmup", "beam", "quick", "model_args"]
     if args.table == "converged":
         keys = [k for k in keys if k != "max_update"] + ["validate_interval_updates", "patience_updates", "update_cap"]
+    if args.table == "compute-equivalence":
+        keys = [k for k in keys if k not in ("max_update", "warm_updates", "ramp_updates")]
+        keys += ["validate_interval_updates", "update_cap"]
     if args.pair != PAIR:  # written only for another pair: work directories from before hold en-de
         keys += ["source_lang", "target_lang"]
     config = {k: getattr(args, k) for k in keys}
@@ -310,6 +358,8 @@ def main(argv=None) -> int:
     rows = rows_of(args)
     if args.table == "converged":
         return run_converged(args, stages, prepared, rows, imported)
+    if args.table == "compute-equivalence":
+        return run_equivalence(args, stages, prepared, rows)
     run_table(args, stages, prepared, rows)
     return 0
 
@@ -359,6 +409,32 @@ def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, 
         publish.write_outputs(args, stem, markdown, payload, [curves])
 
     comparison.run(rows, report_converged)
+    return 1 if comparison.failures else 0
+
+
+def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> int:
+    """``--table compute-equivalence``: trains every row from scratch to ``--update-cap`` (:mod:`.converged`'s
+    training and scoring), placing each on the reference curves (:mod:`.equivalence`) after each; 1 if a row
+    failed."""
+    caption = (f"{prepared.caption_head}; from scratch, {args.update_cap} updates of <= {args.max_tokens} tokens; lr "
+               f"{args.lr}, warm-up {args.warmup}, inverse square root; validation every "
+               f"{args.validate_interval_updates} updates; {prepared.caption_tail}")
+    comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
+                                          prepared.num_test, prepared.valid_refs)
+    stem = table_stem(args)
+    points = equivalence.checkpoints(args.update_cap, args.validate_interval_updates)
+
+    def report_equivalence(results: Dict[str, Dict[str, object]]) -> None:
+        table = equivalence_report.compute(rows, results, args.reference_curves, points, args.speed_ratios)
+        payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
+                   "results": results, "failures": comparison.failures, "compute_equivalence": table,
+                   "speed_json": str(args.speed_json)}
+        figure = args.workdir / f"{stem}.png"
+        equivalence_report.plot(table, figure)
+        publish.write_outputs(args, stem, equivalence_report.format_tables(rows, results, table, caption), payload,
+                              [figure])
+
+    comparison.run(rows, report_equivalence)
     return 1 if comparison.failures else 0
 
 

@@ -1,0 +1,103 @@
+"""The compute-equivalence table (:mod:`.equivalence`) in Markdown and JSON, and its plot: per row and
+checkpoint, its validation loss, the updates each Transformer run needs for it, the ratio in updates and in
+seconds against the Transformer's own run-to-run band, and the row's test scores at its last update."""
+
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from . import equivalence, fairseq_runs
+from .rows import Row
+
+Results = Dict[str, Dict[str, object]]
+
+
+class ReferenceError(ValueError):
+    """A ``--reference-curve`` file that holds no converged Transformer's validation curve."""
+
+
+def read_reference_curves(paths: Sequence[Path]) -> Dict[str, equivalence.Curve]:
+    """The validation curve of :data:`~.equivalence.REFERENCE` in each published converged table, by its path.
+
+    Raises:
+        ReferenceError: naming ``--reference-curve`` and the file that lacks it.
+    """
+    curves = {}
+    for path in paths:
+        try:
+            row = json.loads(Path(path).read_text())["results"][equivalence.REFERENCE]
+            curves[str(path)] = row["curve"]
+        except (OSError, ValueError, KeyError) as e:
+            raise ReferenceError(f"--reference-curve: {path} is not a converged table with the validation curve "
+                                 f"of {equivalence.REFERENCE} ({type(e).__name__}: {e}); give a converged-*.json "
+                                 "written by capsagg-table1 --table converged") from None
+    return curves
+
+
+def compute(rows: List[Row], results: Results, references: Dict[str, equivalence.Curve], points: Sequence[int],
+            speed_ratios: Dict[str, float]) -> Dict[str, object]:
+    """Every trained row's :func:`~.equivalence.row_equivalence` with its verdict per point, and the noise band."""
+    band = equivalence.noise_band(references, points)
+    out = {"points": list(points), "references": list(references), "noise_band": {str(u): list(b) for u, b in band.items()},
+           "speed_ratios": speed_ratios, "rows": {}}
+    for row in (r for r in rows if r.name in results):
+        measured = equivalence.row_equivalence(results[row.name]["curve"], references, points,
+                                               speed_ratios.get(row.system))
+        for point in measured:
+            point["faster"] = equivalence.faster(point, band)
+        out["rows"][row.name] = measured
+    return out
+
+
+def _span(pair: Optional[Sequence[float]]) -> str:
+    return "–" if pair is None else f"{pair[0]:.2f}" if abs(pair[0] - pair[1]) < 0.005 else f"{pair[0]:.2f}-{pair[1]:.2f}"
+
+
+def _verdict(value: Optional[bool]) -> str:
+    return {None: "–", True: "yes", False: "no"}[value]
+
+
+def format_tables(rows: List[Row], results: Results, table: Dict[str, object], caption: str) -> str:
+    """The table per row and checkpoint, then the rows' test scores at their last update."""
+    band = {int(u): b for u, b in table["noise_band"].items()}
+    runs = " / ".join(f"`{name}`" for name in table["references"])
+    out = [caption, "",
+           f"Transformer runs placed on: {runs}. Ratio: the runs' updates to reach the row's validation loss over the "
+           "row's updates (lowest-highest over the runs); in seconds, times the row's training speed over the "
+           "Transformer's. Noise: the Transformer's runs placed on each other's curves. Faster: the ratio against "
+           "every run above the noise.", "",
+           "| row | model | updates | valid loss | Transformer's updates | ratio (updates) | ratio (seconds) "
+           "| noise | faster |",
+           "|---|---|---:|---:|---|---:|---:|---:|---|"]
+    for row in rows:
+        if row.name not in table["rows"]:
+            out.append(f"| {row.name} | {fairseq_runs.label(row.system)} | not measured |  |  |  |  |  |  |")
+            continue
+        for point in table["rows"][row.name]:
+            loss = "–" if point["loss"] is None else f"{point['loss']:.3f}"
+            reached = " / ".join("never" if u is None else f"{u:,.0f}" for u in point["reference_updates"].values())
+            noise = _span(band.get(point["update"]))
+            out.append(f"| {row.name} | {fairseq_runs.label(row.system)} | {point['update']:,} | {loss} | {reached} "
+                       f"| {_span(point['updates_ratio'])} | {_span(point['seconds_ratio'])} | {noise} "
+                       f"| {_verdict(point['faster'])} |")
+    out += ["", "Test split at the last update (best checkpoint, beam search):", "",
+            "| row | updates | best valid loss | BLEU | chrF | length ratio | last 5 averaged: BLEU |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for row in (r for r in rows if r.name in results):
+        res = results[row.name]
+        out.append(f"| {row.name} | {res['stopped_at']:,} | {res['best_loss']:.3f} | {res['bleu']:.2f} "
+                   f"| {res['chrf']:.2f} | {res['length_ratio']:.3f} | {res['average']['bleu']:.2f} |")
+    return "\n".join(out) + "\n"
+
+
+def plot(table: Dict[str, object], path: Path) -> None:
+    """Compute-equivalence in updates against updates, one line per row (the middle of its runs' span), and the
+    Transformer's own band shaded."""
+    from ..analysis.plotting import plot_ratio_curves
+
+    lines: Dict[str, Tuple[List[int], List[float]]] = {}
+    for name, points in table["rows"].items():
+        measured = [p for p in points if p["updates_ratio"] is not None]
+        lines[name] = ([p["update"] for p in measured], [sum(p["updates_ratio"]) / 2 for p in measured])
+    band = {int(u): b for u, b in table["noise_band"].items()}
+    plot_ratio_curves(lines, band, path)
