@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.capsagg-installed
 
-.PHONY: setup test test-fast demo quick params clean-venv
+.PHONY: setup test test-fast demo quick params tables clean-venv
 
 setup: $(STAMP)
 
@@ -42,6 +42,13 @@ quick: setup
 
 params: setup
 	$(VENV)/bin/capsagg-params
+
+# The README's results at a glance and docs/results.md's converged runs, from the published JSONs (a test runs
+# these lines and compares).
+R := docs/results
+tables: setup
+	$(PY) -m fairseq_capsagg.pipeline.reports.summary glance --one-epoch $(R)/table1-cpu.json $(R)/peers-cpu.json $(R)/streams/peers-cpu.json --converged $(R)/converged-cpu.json $(R)/converged-run2/converged-cpu.json --write README.md
+	$(PY) -m fairseq_capsagg.pipeline.reports.summary converged-runs --converged $(R)/converged-cpu.json $(R)/converged-run2/converged-cpu.json $(R)/converged-gpu.json --write docs/results.md
 
 clean-venv:
 	rm -rf $(VENV)

@@ -19,8 +19,8 @@ setup(
         "capsagg-params=fairseq_capsagg.tools.param_count:cli_main",
         "capsagg-translate=fairseq_capsagg.tools.translate:cli_main",
         "capsagg-health=fairseq_capsagg.analysis.health:cli_main",
-        "capsagg-main-job=fairseq_capsagg.pipeline.main_job:main",
-        "capsagg-table1=fairseq_capsagg.pipeline.table1:main",
+        "capsagg-main-job=fairseq_capsagg.pipeline.drivers.main_job:main",
+        "capsagg-table1=fairseq_capsagg.pipeline.drivers.table1:main",
     ]},
     classifiers=["Programming Language :: Python :: 3", "Topic :: Scientific/Engineering :: Artificial Intelligence"],
 )

@@ -1,14 +1,17 @@
 #!/usr/bin/env python
-"""Training and decoding speed and peak memory of every aggregator against the baseline.
+"""Training and decoding speed, peak memory and operators per step of every aggregator against the baseline.
 
 Each (shape, system) runs in its own process, so peak memory is its own.
 Ratios are to the baseline measured in the same run, next to the FLOP bound
-(baseline FLOPs / (baseline + aggregator FLOPs)). With ``--repeats N`` every
-system runs N times round-robin; each ratio is the median of the N ratios to
-the baseline of the same round, with their range.
+(baseline FLOPs / (baseline + aggregator FLOPs)) and the operators dispatched
+per training step and per decoding step (kernel launches on a GPU;
+``kernels.py``). With ``--repeats N`` every system runs N times round-robin;
+each ratio is the median of the N ratios to the baseline of the same round,
+with their range.
 
     python benchmarks/speed.py                   # small and base shapes on CPU
     python benchmarks/speed.py --device cuda     # on a GPU
+    python benchmarks/speed.py --count-only      # operators per step only: seconds, on any machine
 """
 
 import argparse
@@ -25,12 +28,15 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flops import Shape, aggregator_macs, flop_bound, transformer_macs  # noqa: E402
+from kernels import decoding_step_operators, training_step_operators  # noqa: E402
 
 from fairseq_capsagg.aggregators import families  # noqa: E402
 
 #: system -> aggregation: the baseline and every aggregator family
 SYSTEMS = {"baseline": "none", **families()}
 SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
+#: The measurements reported as ratios to the baseline (the operator counts also with ``--count-only``).
+RATIOS = ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes", "train_operators", "decode_operators")
 
 
 def measure(args) -> dict:
@@ -58,6 +64,12 @@ def measure(args) -> dict:
     tgt = torch.randint(dictionary.nspecial, len(dictionary), (bsz, args.length), generator=g).to(device)
     prev = torch.cat([torch.full((bsz, 1), dictionary.eos(), device=device), tgt[:, :-1]], 1)
     lengths = torch.full((bsz,), args.length, device=device)
+    operators = {"train_operators": training_step_operators(model, src, lengths, prev, tgt, args.bf16).total,
+                 "decode_operators": decoding_step_operators(model, src[:args.decode_sentences],
+                                                             lengths[:args.decode_sentences],
+                                                             dictionary.eos()).total}
+    if args.count_only:
+        return {"params": params, **operators}
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def sync():
@@ -97,7 +109,7 @@ def measure(args) -> dict:
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"params": params, "train_steps_per_s": 1 / train_seconds,
+    return {"params": params, **operators, "train_steps_per_s": 1 / train_seconds,
             "train_tokens_per_s": bsz * args.length / train_seconds,
             "decode_sentences_per_s": dec_src.size(0) / decode_seconds, "peak_memory_bytes": peak}
 
@@ -122,7 +134,7 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
             result.update(shape=shape, system=system, repeats=len(measured),
                           aggregator_flop_share=2 * agg / (transformer_macs(arch) + 2 * agg),
                           flop_bound=flop_bound(transformer_macs(arch), 2 * agg))
-            for key in ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes"):
+            for key in [k for k in RATIOS if k in measured[0]]:
                 # paired: each repeat against the reference measured in the same round
                 ratios = [r[key] / b[key] for r, b in zip(measured, reference)]
                 result[key + "_ratio"] = statistics.median(ratios)
@@ -131,31 +143,43 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
-    (out_dir / "speed.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows,
-                                                    "pending": pending}, indent=2))
+    (out_dir / f"{args.name}.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows,
+                                                           "pending": pending}, indent=2))
     rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
     spread = (f"; median of {args.repeats} round-robin repeats, ratios paired within a round (range in brackets)"
               if args.repeats > 1 else "")
-    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{rank}"
-             f"{spread}.", "",
-             "| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
-             "| decode sent/s | ratio | peak memory | ratio |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    half = "; bf16 autocast" if args.bf16 else ""
+    flags = f"; model flags `{args.model_args}`" if args.model_args else ""
+    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
+             f"{rank}{flags}{spread}. Operators: ATen operators dispatched per training step (forward and backward) "
+             "and per incremental decoding step, kernel launches on a GPU.", ""]
 
     def ratio(r: dict, key: str) -> str:
         low, high = r[key + "_ratio_range"]
         return f"{r[key + '_ratio']:.2f}" + (f" ({low:.2f}-{high:.2f})" if r["repeats"] > 1 else "")
 
-    for r in rows:
-        lines.append(f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
-                     f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
-                     f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
-                     f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} |")
+    operators = ("| operators per train step | ratio | operators per decode step | ratio |",
+                 lambda r: f"| {r['train_operators']} | {ratio(r, 'train_operators')} | {r['decode_operators']} "
+                           f"| {ratio(r, 'decode_operators')} |")
+    if args.count_only:
+        lines += ["| shape | system | params | FLOP bound " + operators[0], "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['flop_bound']:.2f} "
+                  + operators[1](r) for r in rows]
+    else:
+        lines += ["| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
+                  "| decode sent/s | ratio | peak memory | ratio " + operators[0],
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
+                  f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
+                  f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
+                  f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} " + operators[1](r)
+                  for r in rows]
     if pending:
         lines += ["", "Pending (not measured yet, or fewer rounds than asked): " + "; ".join(pending) + "."]
-    (out_dir / "speed.md").write_text("\n".join(lines) + "\n")
+    (out_dir / f"{args.name}.md").write_text("\n".join(lines) + "\n")
 
 
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shapes", nargs="+", default=["small", "base"], choices=list(SHAPES))
     p.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
@@ -173,7 +197,15 @@ def main(argv=None) -> int:
     p.add_argument("--capsule-rank", type=int, default=0, help="factorised input capsules (routing systems)")
     p.add_argument("--model-args", default="", help="extra model flags for every system")
     p.add_argument("--output-dir", default="benchmarks/results")
+    p.add_argument("--name", default="speed", help="the tables' file name stem in --output-dir (NAME.md, NAME.json)")
+    p.add_argument("--count-only", action="store_true",
+                   help="operators per training and decoding step only, no timing (any machine, seconds)")
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "SYSTEM"), help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv=None) -> int:
+    p = build_parser()
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f"--repeats: got {args.repeats}; it must be >= 1")
@@ -189,10 +221,12 @@ def main(argv=None) -> int:
                 cmd = [sys.executable, __file__, "--child", shape, system, *[a for a in (argv or sys.argv[1:])]]
                 out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
                 runs[(shape, system)].append(json.loads(out))
-                print(f"[repeat {repeat + 1}/{args.repeats}] {shape:5s} {system:10s} train "
-                      f"{runs[(shape, system)][-1]['train_tokens_per_s']:8.0f} tok/s", flush=True)
+                done = runs[(shape, system)][-1]
+                speed = "" if args.count_only else f"train {done['train_tokens_per_s']:8.0f} tok/s, "
+                print(f"[repeat {repeat + 1}/{args.repeats}] {shape:5s} {system:10s} {speed}"
+                      f"{done['train_operators']} operators per train step", flush=True)
                 write_tables(args, runs)  # after every measurement: a run cut short by a time limit keeps it
-    print((Path(args.output_dir) / "speed.md").read_text(), end="")
+    print((Path(args.output_dir) / f"{args.name}.md").read_text(), end="")
     return 0
 
 

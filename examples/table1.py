@@ -1,7 +1,7 @@
 #!/usr/bin/env python
-"""Launcher of the Table 1 driver from a checkout: ``capsagg-table1`` (``fairseq_capsagg.pipeline.table1``)."""
+"""Launcher of the Table 1 driver from a checkout: ``capsagg-table1`` (``fairseq_capsagg.pipeline.drivers.table1``)."""
 import sys
 
-from fairseq_capsagg.pipeline.table1 import main
+from fairseq_capsagg.pipeline.drivers.table1 import main
 
 sys.exit(main())

@@ -16,9 +16,9 @@ Machine Translation with Routing-by-Agreement".
 * :mod:`fairseq_capsagg.pipeline`: the experiment drivers (the main job, Table 1 and its peers and
   converged comparisons) and the by-method summary of their published tables.
 * :mod:`fairseq_capsagg.input_repair`: how a bad input line is repaired (used by the tools and the
-  ``fairseq-interactive`` guard).
+  ``fairseq-interactive`` guard); :mod:`fairseq_capsagg.user_dir`: the plugin's ``--user-dir``.
 
-Each room imports only from those above it in this list (tested); ``input_repair`` from none.
+Each room imports only from those above it in this list (tested); the two leaves from none.
 
 Importing the package (or passing ``--user-dir`` to a fairseq tool) registers the model and
 its architectures and installs the patches, when fairseq is installed; without fairseq,
@@ -28,7 +28,7 @@ its architectures and installs the patches, when fairseq is installed; without f
 import logging
 import os
 
-USER_DIR = os.path.dirname(os.path.abspath(__file__))
+from .user_dir import USER_DIR
 
 # Importing fairseq runs ``logging.basicConfig(level=DEBUG)`` (fairseq/models/wav2vec/
 # wav2vec2_classification.py), so a tool that imports it before configuring logging prints every

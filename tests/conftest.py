@@ -1,10 +1,15 @@
 """Fixtures and markers of the suite: shared code lives in support/; every test under integration/
 (trainings, console scripts, other processes) is marked slow, every test under unit/ is not."""
 
+import os
 import sys
 from pathlib import Path
 
 import pytest
+import torch
+
+if not torch.cuda.is_available():  # Triton's kernels run in its interpreter here (read when Triton is imported)
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE / "support"))

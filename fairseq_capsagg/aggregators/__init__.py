@@ -41,7 +41,8 @@ from .mudd import MULTIWAY_STREAMS, MUDDSettings, MultiwayDynamicDense
 from .dlcl import DynamicLinearCombination
 from .streams import StreamConnection, StreamSettings
 from .hyper_connections import HyperConnections
-from .mhc import ManifoldHyperConnections, sinkhorn
+from .mhc import ManifoldHyperConnections
+from .sinkhorn import sinkhorn
 
 __all__ = [
     "AGGREGATORS",

@@ -12,6 +12,14 @@ class NonFiniteAggregationError(FloatingPointError):
     """An aggregator turned finite layer outputs into NaN or inf; the message names where."""
 
 
+def checks_finite(tensor: Tensor) -> bool:
+    """Whether training checks that an aggregate of ``tensor``'s device is finite: on the CPU always; on a GPU
+    only under ``torch.autograd.set_detect_anomaly`` (the check reads the GPU's result, so it would wait for
+    every connection of every block; fairseq's loss scaler and its NaN check on the gradient norm still see a
+    non-finite step)."""
+    return tensor.device.type == "cpu" or torch.is_anomaly_enabled()
+
+
 class LayerAggregator(nn.Module):
     """Combines the L layer outputs H^1..H^L of a stack into one representation.
 
@@ -129,7 +137,7 @@ class LayerAggregator(nn.Module):
         out = self.aggregate(stacked, padding_mask)
         if padding_mask is not None:
             out = out.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
-        if self.training and not torch.isfinite(out).all() and torch.isfinite(stacked).all():
+        if self.training and checks_finite(out) and not torch.isfinite(out).all() and torch.isfinite(stacked).all():
             # non-finite inputs (an fp16 overflow upstream) are left to fairseq's loss scaler
             raise NonFiniteAggregationError(self.describe_fault(stacked, padding_mask))
         return out

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .base import LayerAggregator
 from .settings import Settings, setting
+from .sinkhorn import KERNELS
 
 
 @dataclass
@@ -30,9 +31,11 @@ class StreamSettings(Settings):
     stream_weights: str = setting(
         "dynamic", "hyper-connections, mHC: static weights only, or static plus weights computed from the streams at "
                    "each position (dynamic, the papers')", choices=("static", "dynamic"))
-    compile_sinkhorn: bool = setting(
-        False, "mHC: fuse Sinkhorn-Knopp's iterations (forward and backward) with torch.compile; the same values, "
-               "fewer kernels (eager, each block runs hundreds of tiny ones: on a GPU they bound mHC's speed)")
+    sinkhorn_kernel: str = setting(
+        "fused", "mHC: Sinkhorn-Knopp as one operator each way (fused: one Triton kernel on CUDA, the eager loop "
+                 "elsewhere), as the eager loop of 2T log-sum-exps (eager, the reference: hundreds of tiny kernels "
+                 "a block on a GPU), or that loop through torch.compile (compiled); the same values",
+        choices=KERNELS)
 
 
 class StreamConnection(LayerAggregator):

@@ -96,7 +96,7 @@ def collect_depth_weights(model, task, subset: str, max_tokens: int = 4000,
 def run(args) -> Dict[str, object]:
     from fairseq import checkpoint_utils
 
-    from .. import USER_DIR
+    from ..user_dir import USER_DIR
 
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(args.path)], arg_overrides={"data": str(args.data), "user_dir": USER_DIR})

@@ -206,7 +206,7 @@ def checkpoint_report(path: str, data: str, max_tokens: int = 2048) -> Dict[str,
     """The report of a trained checkpoint as it is, on the first batch of ``data``'s valid split."""
     from fairseq import checkpoint_utils
 
-    from .. import USER_DIR
+    from ..user_dir import USER_DIR
 
     models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [path], arg_overrides={"data": data, "user_dir": USER_DIR})

@@ -1,6 +1,6 @@
 """``analysis sweep``: BLEU against output capsules, routing iterations or an ablation.
 
-Each value is one run of the main job (:mod:`fairseq_capsagg.pipeline.main_job`) in its own
+Each value is one run of the main job (:mod:`fairseq_capsagg.pipeline.drivers.main_job`) in its own
 work directory, with the value passed to the aggregator system through
 ``--model-args``; finished runs are collected, not retrained.
 """
@@ -40,7 +40,7 @@ def run(args) -> Dict[str, object]:
             if args.collect_only:
                 raise FileNotFoundError(f"{results_file} does not exist (rerun without --collect-only)")
             flags = " ".join(model_args(args.param, value))
-            cmd = [sys.executable, "-m", "fairseq_capsagg.pipeline.main_job", "--workdir", str(run_dir),
+            cmd = [sys.executable, "-m", "fairseq_capsagg.pipeline.drivers.main_job", "--workdir", str(run_dir),
                    "--systems", args.system, "--no-equal-time", "--model-args", flags, *args.main_job_args]
             print(f"[sweep] {args.param}={value}: {' '.join(cmd)}", flush=True)
             subprocess.run(cmd, check=True)

@@ -8,7 +8,7 @@ from typing import Sequence
 from fairseq import options
 from fairseq.data import Dictionary
 
-from .. import USER_DIR
+from ..user_dir import USER_DIR
 from .capsagg_transformer import CapsAggTransformerModel
 
 

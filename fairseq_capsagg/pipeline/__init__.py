@@ -1,2 +1,2 @@
 """The main job: train and compare layer aggregators on a real corpus
-(``python -m fairseq_capsagg.pipeline.main_job``)."""
+(``python -m fairseq_capsagg.pipeline.drivers.main_job``)."""

@@ -17,7 +17,7 @@ from typing import Dict, Iterator, List, Optional, Sequence
 from fairseq import options
 from fairseq_cli import generate as fairseq_generate
 
-from .. import USER_DIR
+from ..user_dir import USER_DIR
 from ..aggregators import families, family_class
 from ..models import SMALL_SHAPE, shape_flags
 

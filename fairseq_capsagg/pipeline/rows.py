@@ -11,7 +11,8 @@ from sacrebleu.metrics import BLEU
 
 from ..analysis import scoring
 from ..analysis.scoring import significance_mark
-from . import fairseq_runs, length_penalty, report, stage_names
+from ..tools.param_count import count_checkpoint_parameters
+from . import fairseq_runs, length_penalty, stage_names
 from .experiment import Stages
 
 
@@ -109,7 +110,7 @@ def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
         hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
         return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
                 **scoring.corpus_scores(hyps, raw_refs, tokenize),
-                "params": report.count_checkpoint_parameters(checkpoint)}
+                "params": count_checkpoint_parameters(checkpoint)}
 
     return stages.run(stage_names.translate_and_score(row.name, variant), translate, hyp_file)
 

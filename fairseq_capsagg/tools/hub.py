@@ -8,7 +8,7 @@ import torch
 from fairseq.hub_utils import GeneratorHubInterface
 from torch import Tensor
 
-from .. import USER_DIR
+from ..user_dir import USER_DIR
 from ..input_repair import EMPTY, repair_line, truncate_tokens
 from ..patches.safe_checkpoints import check_checkpoint
 

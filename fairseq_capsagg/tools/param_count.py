@@ -5,6 +5,7 @@ are built on torch's ``meta`` device, so even the big shape costs no memory.
 """
 
 import argparse
+from pathlib import Path
 from typing import Dict, List, Optional
 
 import torch
@@ -17,6 +18,32 @@ from ..models.build import build_model, joined_dictionary, model_args
 PAPER_TABLE1_DELTA_M = {"linagg": 14.7, "dyncomb": 25.2, "dynrouting": 37.8, "emrouting": 56.8}
 #: Table 2: Transformer-Base 88M -> +EM routing 123M; Big 264M -> 490M (En-De).
 PAPER_TABLE2_M = {"base": (88.0, 123.0), "big": (264.0, 490.0)}
+
+#: The embeddings fairseq ties (``--share-all-embeddings``; the decoder's two under
+#: ``--share-decoder-input-output-embed``).
+TIED_EMBEDDINGS = ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight", "decoder.output_projection.weight")
+
+
+def count_checkpoint_parameters(checkpoint: Path) -> int:
+    """Trainable tensors in a checkpoint, each shared (tied) tensor counted once: tensors that share storage,
+    and tied embeddings saved as equal copies. fairseq moves each tensor to the CPU on its own before saving
+    (``utils.move_to_cpu``), so a checkpoint saved on a GPU, or from half precision, holds every tied
+    embedding as a copy of its own."""
+    state = torch.load(checkpoint, map_location="cpu")
+    model = state["model"]
+    tied = next((model[name] for name in TIED_EMBEDDINGS if name in model), None)
+    seen, total = set(), 0
+    for name, tensor in model.items():
+        if name.endswith((".version", "._float_tensor")) or not tensor.is_floating_point():
+            continue
+        key = (tensor.untyped_storage().data_ptr(), tensor.storage_offset(), tensor.numel())
+        if name in TIED_EMBEDDINGS and tensor.shape == tied.shape and torch.equal(tensor, tied):
+            key = TIED_EMBEDDINGS
+        if key not in seen:
+            seen.add(key)
+            total += tensor.numel()
+    return total
+
 
 GAPS = """\
 Why the added parameters differ from the paper's:

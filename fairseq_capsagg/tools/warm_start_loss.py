@@ -25,7 +25,7 @@ from fairseq import checkpoint_utils, utils
 from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.models.transformer import TransformerModel
 
-from .. import USER_DIR
+from ..user_dir import USER_DIR
 from ..models import CapsAggTransformerModel
 from .arguments import check_checkpoint, check_data_bin
 

@@ -23,7 +23,27 @@ def test_speed_benchmark_writes_ratios(tmp_path):
     low, high = rows[1]["train_tokens_per_s_ratio_range"]
     assert low <= rows[1]["train_tokens_per_s_ratio"] <= high
     assert rows[1]["params"] > rows[0]["params"] and 0 < rows[1]["flop_bound"] < 1
+    # MUDD's connections add operators to every step; the counts are deterministic, so the two rounds agree
+    assert rows[1]["train_operators_ratio"] > 1.1 and rows[1]["decode_operators_ratio"] > 1.1
+    assert rows[1]["train_operators_ratio_range"][0] == rows[1]["train_operators_ratio_range"][1]
     assert "| small | mudd |" in (tmp_path / "speed.md").read_text()
+
+
+def test_count_only_writes_operators_per_step_under_its_name(tmp_path):
+    """--count-only: no timing, the operators per training and decoding step against the baseline's, in seconds;
+    mHC's Sinkhorn fused counts one operator each way where the eager loop launches hundreds a block."""
+    common = [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "--count-only", "--shapes", "small",
+              "--systems", "baseline", "mhc", "--tokens", "64", "--length", "8", "--decode-sentences", "2",
+              "--vocab", "500", "--output-dir", str(tmp_path)]
+    for name, kernel in (("fused", "fused"), ("eager", "eager")):
+        result = subprocess.run([*common, "--name", name, f"--model-args=--sinkhorn-kernel {kernel}"],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-3000:]
+    fused, eager = (json.loads((tmp_path / f"{name}.json").read_text())["rows"] for name in ("fused", "eager"))
+    assert "train_tokens_per_s" not in fused[1] and fused[0]["train_operators_ratio"] == 1.0
+    assert fused[0]["train_operators"] == eager[0]["train_operators"]  # the Transformer has no Sinkhorn
+    assert eager[1]["train_operators"] - fused[1]["train_operators"] > 3000
+    assert "operators per train step" in (tmp_path / "fused.md").read_text()
 
 
 def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, monkeypatch):
@@ -33,12 +53,13 @@ def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, mo
     import speed
 
     def measured(tokens_per_s: float) -> dict:
-        return {"params": 1e6, "train_steps_per_s": 1.0, "train_tokens_per_s": tokens_per_s,
-                "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
+        return {"params": 1e6, "train_operators": 100, "decode_operators": 10, "train_steps_per_s": 1.0,
+                "train_tokens_per_s": tokens_per_s, "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
 
     args = argparse.Namespace(
         shapes=["small"], systems=["baseline", "mudd", "hc"], repeats=2, vocab=500, length=8, tokens=128, beam=4,
-        capsule_rank=0, device="cpu", threads=2, output_dir=str(tmp_path))
+        capsule_rank=0, device="cpu", threads=2, output_dir=str(tmp_path), name="speed", bf16=False, model_args="",
+        count_only=False)
     runs = {("small", "baseline"): [measured(100.0), measured(200.0)],
             ("small", "mudd"): [measured(50.0), measured(180.0)], ("small", "hc"): []}
     speed.write_tables(args, runs)

@@ -4,7 +4,7 @@ import argparse
 from pathlib import Path
 from typing import Dict, List
 
-from fairseq_capsagg.pipeline import converged_report, report, table1_report
+from fairseq_capsagg.pipeline.reports import converged_report, report, table1_report
 from fairseq_capsagg.pipeline.rows import Row
 
 

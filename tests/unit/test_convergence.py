@@ -2,9 +2,6 @@
 checkpoint averages and the search-error count (no training: fairseq is simulated by its files)."""
 
 import argparse
-import json
-import shlex
-import subprocess
 from pathlib import Path
 from typing import Dict, List
 
@@ -16,9 +13,13 @@ from fairseq.optim.lr_scheduler.inverse_square_root_schedule import (
     InverseSquareRootSchedule,
 )
 
-from fairseq_capsagg.pipeline import converged, converged_report, convergence, fairseq_runs, reference_pack, table1
+from fairseq_capsagg.pipeline.drivers import converged
+
+from fairseq_capsagg.pipeline.reports import converged_report
+
+from fairseq_capsagg.pipeline import convergence, fairseq_runs
 from fairseq_capsagg.pipeline.experiment import Stages
-from helpers import ROOT, TRAIN_LOG, build_tiny_model
+from helpers import TRAIN_LOG, build_tiny_model
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
 CURVE = {u: loss for u, loss in zip(range(10, 400, 10), [
@@ -187,8 +188,8 @@ def test_search_errors_count_references_the_model_prefers(tmp_path):
 
 
 def test_compute_equivalence_is_read_from_the_curves():
-    from fairseq_capsagg.pipeline.converged import REFERENCE
-    from fairseq_capsagg.pipeline.converged_report import compute_equivalence
+    from fairseq_capsagg.pipeline.drivers.converged import REFERENCE
+    from fairseq_capsagg.pipeline.reports.converged_report import compute_equivalence
     from fairseq_capsagg.pipeline.rows import Row
 
     def curve(*losses):
@@ -257,39 +258,6 @@ def test_an_aggregators_second_seed_is_paired_with_the_transformer_of_its_seed(s
     assert ("`converged-dyncomb-s2` against `converged-baseline-s2`" in titles[0]) == paired
 
 
-def test_the_queue_runs_valid_jobs_with_the_protocols_noise_before_its_other_rows(monkeypatch):
-    """Every job of examples/converged_queue.sh parses as capsagg-table1's arguments (a mistyped row would
-    otherwise fail days into the queue), and on En->De the third run trains the converged Transformer first,
-    then the continued rows no run has scored, those only the second run scored, the continued second seeds
-    (the noise they are read against), the first run's continued rows again, every continued row before the
-    rows from scratch, and a second seed from scratch (10 hours for a second reading) last; every job tunes
-    the length penalty of its rows."""
-    jobs = subprocess.run(["bash", str(ROOT / "examples" / "converged_queue.sh"), "jobs"], check=True,
-                          capture_output=True, text=True).stdout.splitlines()
-    monkeypatch.chdir(ROOT)  # --speed-json is relative, as in the queue's frozen copy
-    order: List[str] = []
-    for job in jobs:
-        args = table1.parse_args(shlex.split(job))
-        if args.table == "converged" and args.source_lang == "en":
-            order += [name for name in args.rows or [row.name for row in table1.rows_of(args)] if name not in order]
-            assert args.publish == ROOT / "docs" / "results" / "converged-run3"  # the earlier runs' tables stay
-        # every row of either pair is also scored at the length penalty tuned on validation, over Table 1's grid
-        assert args.lenpen_grid == table1.parse_args(["--table", "paper"]).lenpen_grid, job
-    first_run = ["continued-linagg", "continued-dyncomb", "continued-emrouting", "continued-emrouting-encoder"]
-    assert order[:12] == [converged.REFERENCE, "continued-baseline", "continued-hc", "continued-mhc",
-                          "continued-mudd", "continued-dwa", "continued-baseline-s2", "continued-dyncomb-s2", *first_run]
-    continued = [i for i, name in enumerate(order) if name.startswith("continued-")]
-    assert continued == list(range(1, len(continued) + 1))
-    second_seeds = {tuple(args.second_seed) for args in map(table1.parse_args, map(shlex.split, jobs))
-                    if args.table == "converged" and args.source_lang == "en"}
-    assert len(second_seeds) == 1  # every En->De job lists the same rows in the table it publishes
-    assert set(order) == {row.name for row in converged.converged_rows(converged.default_systems(),
-                                                                       second_seeds.pop())}
-    other_scratch_seeds = [name for name in order if name.startswith("converged-") and name.endswith("-s2")
-                           and name != "converged-baseline-s2"]
-    assert order[len(order) - len(other_scratch_seeds):] == other_scratch_seeds
-
-
 @pytest.mark.parametrize("system", converged.CONTINUED)
 def test_every_continued_system_is_built_with_its_continuation_flags(system):
     """The paper's protocol's flags are ones the system accepts: the ramp to the output aggregate where there is
@@ -301,7 +269,7 @@ def test_every_continued_system_is_built_with_its_continuation_flags(system):
 
 
 def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
-    """The queue runs for days: a row whose fairseq-train fails is kept with why, the rows that do not need it
+    """A converged run lasts days: a row whose fairseq-train fails is kept with why, the rows that do not need it
     train, the rows that do stay pending, and the table says which is which."""
     args = argparse.Namespace(workdir=tmp_path, validate_interval_updates=500, patience_updates=3000,
                               update_cap=30000, report_only=False, rows=[], warm_updates=3000, warmup=200,
@@ -327,8 +295,8 @@ def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
 
 
 def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_place_in_the_order(tmp_path):
-    """The queue trains some rows before rows listed earlier (the protocol's noise before the peers' continued
-    rows): a report written after a row of this run still lists every row trained by an earlier run."""
+    """A run may train some rows before rows listed earlier (``--rows``): a report written after a row of this run
+    still lists every row trained by an earlier run."""
     args = argparse.Namespace(workdir=tmp_path, validate_interval_updates=500, patience_updates=3000,
                               update_cap=30000, report_only=False, rows=["continued-dyncomb"], warm_updates=3000,
                               warmup=200, lenpen_grid=[])
@@ -347,37 +315,3 @@ def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_plac
     assert len(reports) == 2  # after the row, at the end
     assert set(reports[0]) == {converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-dyncomb",
                                "continued-baseline-s2"}
-
-
-def write_manifest(pack, **config):
-    pack.mkdir()
-    settings = {"shape": "small", "vocab_size": 8000, "max_train_tokens": 64, "quick": False, "lr": 2e-3,
-                "warmup": 200, **config}
-    (pack / reference_pack.MANIFEST).write_text(json.dumps({"source": "elsewhere", "config": settings,
-                                                             "stages": {}, "result": {}}))
-
-
-def test_a_pack_imports_only_into_a_run_of_its_data_settings(tmp_path):
-    """The packed Transformer's vocabulary, shape and pair must be the run's; its schedule may differ (the
-    continued rows take the pack's)."""
-    write_manifest(tmp_path / "ende")
-    here = {"shape": "small", "vocab_size": 8000, "max_train_tokens": 64, "quick": False, "lr": 1e-3, "warmup": 100}
-    assert reference_pack.check_config(tmp_path / "ende", here)["config"]["lr"] == 2e-3
-    zhen = dict(here, source_lang="zh", target_lang="en")  # the default pair's configs do not name it
-    with pytest.raises(reference_pack.PackError, match=r"\(source_lang: en there, zh here; target_lang: de there, "
-                                                       r"en here\); rerun with the pack's settings"):
-        reference_pack.check_config(tmp_path / "ende", zhen)
-    write_manifest(tmp_path / "zhen", source_lang="zh", target_lang="en", vocab_size=4000)
-    with pytest.raises(reference_pack.PackError, match=r"\(vocab_size: 4000 there, 8000 here\)"):
-        reference_pack.check_config(tmp_path / "zhen", zhen)
-
-
-def test_packing_waits_for_a_converged_and_scored_transformer(tmp_path):
-    (tmp_path / "stages.json").write_text(json.dumps({"subwords": {}, "binarise": {}}))
-    with pytest.raises(reference_pack.PackError, match="train converged-baseline-s1 not done yet"):
-        reference_pack.export(tmp_path, tmp_path / "pack")
-    (tmp_path / "stages.json").write_text(json.dumps({"subwords": {}, "binarise": {}, "train converged-baseline-s1": {}}))
-    (tmp_path / "converged.json").write_text(json.dumps({"results": {}}))
-    with pytest.raises(reference_pack.PackError, match="trained but not scored yet"):
-        reference_pack.export(tmp_path, tmp_path / "pack")
-    assert not (tmp_path / "pack").exists()

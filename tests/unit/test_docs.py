@@ -1,19 +1,21 @@
-"""The README and docs/: the results table reads what the JSON it cites says, the by-method and replication
-tables are what the published JSON say, the flags table is the parser's, and every local link and every file of
-the repository they name exists."""
+"""The README and docs/: every row of docs/results.md's results table reads what the JSON it cites says, the
+generated tables (``make tables``) are what the published JSON say, the flags table is the parser's, and every local
+link and every file of the repository they name exists."""
 
 import json
 import re
+import shlex
+import shutil
 
 import pytest
 
-from fairseq_capsagg.pipeline.by_method import by_method_table
-from fairseq_capsagg.pipeline.replication import replication_table
+from fairseq_capsagg.pipeline.reports import summary
 from fairseq_capsagg.tools.flags import flags_table
-from fairseq_capsagg.tools.markdown_block import find_block
+from fairseq_capsagg.tools.markdown_block import find_block, read_block
 from helpers import ROOT
 
 README = ROOT / "README.md"
+RESULTS = ROOT / "docs" / "results.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 #: A path into the repository's code as the pages write it (``tests/unit/test_docs.py``, ``examples/table1.py``).
 REPOSITORY_PATH = re.compile(r"\b(?:fairseq_capsagg|tests|examples|benchmarks|data)/[\w./-]*\.(?:py|sh)\b")
@@ -22,7 +24,7 @@ WORKED_EXAMPLE = "fairseq_capsagg/aggregators/layer_mean.py"
 
 
 def block(name: str, text: str = None) -> str:
-    match = find_block(README.read_text(encoding="utf-8") if text is None else text, name)
+    match = find_block(RESULTS.read_text(encoding="utf-8") if text is None else text, name)
     assert match, f"no {name} block"
     return match.group(2)
 
@@ -59,31 +61,39 @@ def check_results_table(text: str) -> int:
 
 
 def test_the_results_table_reads_what_its_json_says():
-    assert check_results_table(README.read_text(encoding="utf-8")) >= 20
+    assert check_results_table(RESULTS.read_text(encoding="utf-8")) >= 20
 
 
 @pytest.mark.parametrize("old,new", [("| 10.38 | +2.96 | 0.001 |", "| 10.38 | +2.69 | 0.001 |"),
                                      ("| 9.96 | −0.41 | 0.012 |", "| 9.96 | −0.41 | 0.120 |"),
                                      ("`scratch-emrouting-s2`", "`scratch-emrouting-s1`")])
 def test_a_number_its_json_does_not_say_is_caught(old, new):
-    text = README.read_text(encoding="utf-8")
+    text = RESULTS.read_text(encoding="utf-8")
     assert old in text
     with pytest.raises(AssertionError):
         check_results_table(text.replace(old, new))
 
 
-def test_the_by_method_table_is_what_the_published_json_say():
-    """Regenerate with ``python -m fairseq_capsagg.pipeline.by_method --write README.md`` after a row publishes."""
-    assert block("by-method") == by_method_table()
+def summary_commands():
+    """The ``make tables`` recipe's commands: the summary's arguments, the published JSONs among them."""
+    recipe = (ROOT / "Makefile").read_text().split("\ntables:")[1].split("\n\n")[0]
+    commands = [line.split("reports.summary", 1)[1] for line in recipe.splitlines() if "reports.summary" in line]
+    return [shlex.split(command.replace("$(R)", "docs/results")) for command in commands]
 
 
-def test_the_replication_table_is_what_the_two_runs_published():
-    """Regenerate with ``python -m fairseq_capsagg.pipeline.replication --write docs/results.md``."""
-    assert block("replication", (ROOT / "docs" / "results.md").read_text(encoding="utf-8")) == replication_table()
+@pytest.mark.parametrize("argv", summary_commands(), ids=lambda argv: argv[0])
+def test_the_generated_tables_are_what_the_published_json_say(argv, tmp_path, monkeypatch):
+    """After a row publishes, ``make tables`` regenerates them."""
+    page = argv[argv.index("--write") + 1]
+    shutil.copy2(ROOT / page, tmp_path / "page.md")
+    argv[argv.index("--write") + 1] = str(tmp_path / "page.md")
+    monkeypatch.chdir(ROOT)
+    summary.cli_main(argv)
+    assert read_block(ROOT / page, argv[0]) == read_block(tmp_path / "page.md", argv[0])
 
 
 def test_the_flags_table_is_the_parsers():
-    assert block("flags") == flags_table()
+    assert block("flags", README.read_text(encoding="utf-8")) == flags_table()
 
 
 @pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
@@ -101,3 +111,28 @@ def test_the_files_a_page_names_exist(page):
     named = set(REPOSITORY_PATH.findall(page.read_text(encoding="utf-8"))) - {WORKED_EXAMPLE}
     missing = [path for path in sorted(named) if not (ROOT / path).exists()]
     assert not missing, missing
+
+
+#: docs/results.md's operator table: each label's system, and the published run it reads.
+OPERATOR_ROWS = {"Transformer": ("baseline", "kernels-cpu"), "linear combination": ("linagg", "kernels-cpu"),
+                 "dynamic combination": ("dyncomb", "kernels-cpu"), "dynamic routing": ("dynrouting", "kernels-cpu"),
+                 "EM routing": ("emrouting", "kernels-cpu"), "DWA": ("dwa", "kernels-cpu"),
+                 "attention over depth": ("depthattn", "kernels-cpu"), "MUDD": ("mudd", "kernels-cpu"),
+                 "DLCL": ("dlcl", "kernels-cpu"), "hyper-connections": ("hc", "kernels-cpu"),
+                 "mHC, Sinkhorn fused (default)": ("mhc", "kernels-cpu"),
+                 "mHC, Sinkhorn eager": ("mhc", "kernels-cpu-eager")}
+
+
+def test_the_operator_counts_are_what_the_benchmark_published():
+    text = RESULTS.read_text(encoding="utf-8").split("### Operators per step")[1].split("###")[0]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+            if line.startswith("| ") and not line.startswith("| system")]
+    assert [row[0] for row in rows] == list(OPERATOR_ROWS)
+    for label, train, train_ratio, decode, decode_ratio in rows:
+        system, name = OPERATOR_ROWS[label]
+        published = json.loads((ROOT / "docs" / "results" / f"{name}.json").read_text())["rows"]
+        row = next(r for r in published if r["system"] == system and r["shape"] == "small")
+        assert (int(train.replace(",", "")), int(decode.replace(",", ""))) == (row["train_operators"],
+                                                                               row["decode_operators"]), label
+        assert float(train_ratio) == pytest.approx(row["train_operators_ratio"], abs=0.005), label
+        assert float(decode_ratio) == pytest.approx(row["decode_operators_ratio"], abs=0.005), label

@@ -7,7 +7,9 @@ import os
 
 import pytest
 
-from fairseq_capsagg.pipeline import report, stage_names
+from fairseq_capsagg.pipeline.reports import report
+
+from fairseq_capsagg.pipeline import stage_names
 from fairseq_capsagg.pipeline.experiment import (
     MAX_LEN,
     QUICK,

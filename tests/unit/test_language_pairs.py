@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_capsagg.pipeline import table1
+from fairseq_capsagg.pipeline.drivers import table1
 from fairseq_capsagg.pipeline.corpus import BUNDLED, check_corpus_dir, unpack_tarball
 from fairseq_capsagg.pipeline.subwords import CJK_CHARACTER_COVERAGE, SubwordModel, character_coverage
 from fairseq_capsagg.analysis import scoring

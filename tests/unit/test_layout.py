@@ -2,6 +2,7 @@
 and the README's layout table), so a library never reaches up into a command that uses it."""
 
 import ast
+import subprocess
 from pathlib import Path
 from typing import List, Tuple
 
@@ -13,7 +14,7 @@ PACKAGE = Path(fairseq_capsagg.__file__).parent
 #: The rooms in the order they may import each other: a room imports only from rooms before it.
 ROOMS = ["aggregators", "models", "patches", "tools", "analysis", "pipeline"]
 #: Top-level modules that every room may use and that import no room themselves.
-LEAVES = ["input_repair"]
+LEAVES = ["input_repair", "user_dir"]
 
 
 def imported_modules(path: Path) -> List[Tuple[int, str]]:
@@ -32,9 +33,10 @@ def imported_modules(path: Path) -> List[Tuple[int, str]]:
 
 
 def room_of(module: str) -> str:
-    """The room (or leaf) of a module; "" for the package itself and what it defines (``USER_DIR``)."""
+    """The room (or leaf) of a module; "package" for the package itself or a name its ``__init__`` defines (which
+    imports the rooms: importing it from a room would run back up)."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in ROOMS + LEAVES else ""
+    return parts[1] if len(parts) > 1 and parts[1] in ROOMS + LEAVES else "package"
 
 
 def modules() -> List[Path]:
@@ -45,7 +47,7 @@ def modules() -> List[Path]:
 def test_no_module_imports_a_room_after_its_own(path):
     own = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
     assert own in ROOMS or own in LEAVES, f"{own} is neither a room nor a leaf"
-    allowed = {"", *LEAVES} | set(ROOMS[:ROOMS.index(own) + 1] if own in ROOMS else [])
+    allowed = {*LEAVES} | set(ROOMS[:ROOMS.index(own) + 1] if own in ROOMS else [])
     upward = [(line, module) for line, module in imported_modules(path) if room_of(module) not in allowed]
     assert not upward, f"{path.relative_to(PACKAGE)} imports from a later room: {upward}"
 
@@ -59,3 +61,22 @@ def test_the_check_sees_an_upward_import(tmp_path, monkeypatch):
     monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "fairseq_capsagg")
     with pytest.raises(AssertionError, match="imports from a later room"):
         test_no_module_imports_a_room_after_its_own(fake)
+    fake.write_text("from .. import USER_DIR\n")  # the package's __init__, which imports every room
+    with pytest.raises(AssertionError, match="imports from a later room"):
+        test_no_module_imports_a_room_after_its_own(fake)
+
+
+#: Files that may be larger than a run-state guard allows: the bundled corpora and the test fixtures.
+LARGE_FILES_ALLOWED = ("data/", "tests/data/")
+
+
+def test_no_run_state_is_tracked():
+    """Checkpoints, archives and work directories never enter git: no tracked file outside the corpora and the
+    test fixtures is larger than 2 MB."""
+    root = PACKAGE.parent
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=root, capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    large = [path for path in listed.stdout.split("\0") if path and not path.startswith(LARGE_FILES_ALLOWED)
+             and (root / path).is_file() and (root / path).stat().st_size > 2 * 1024 * 1024]
+    assert not large, f"tracked files over 2 MB (run state belongs in runs/, which git ignores): {large}"

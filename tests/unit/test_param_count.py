@@ -3,7 +3,7 @@
 import torch
 from fairseq.utils import move_to_cpu
 
-from fairseq_capsagg.pipeline.report import count_checkpoint_parameters
+from fairseq_capsagg.tools.param_count import count_checkpoint_parameters
 from fairseq_capsagg.tools.param_count import count_parameters, format_table, parameter_table
 
 

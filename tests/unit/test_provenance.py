@@ -27,7 +27,7 @@ def test_a_cpu_table_names_the_cpu_and_the_kernels_it_ran(monkeypatch):
 
 def test_the_code_is_the_checkouts_commit_or_the_frozen_copys_and_never_a_guess(tmp_path, monkeypatch):
     """A checkout: its HEAD, marked when tracked files are modified. A frozen copy (a git archive unpacked under
-    runs/ of a checkout): the commit the queue names, never the surrounding checkout's HEAD."""
+    runs/ of a checkout): the commit its launcher names (CAPSAGG_CODE_COMMIT), never the surrounding checkout's HEAD."""
     monkeypatch.delenv(provenance.COMMIT_VARIABLE, raising=False)
     repo = tmp_path / "checkout"
     repo.mkdir()

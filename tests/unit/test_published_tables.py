@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_capsagg.pipeline import publish
+from fairseq_capsagg.pipeline.reports import publish
 from helpers import ROOT
 from published import converged_table, table1_table
 
 RESULTS = ROOT / "docs" / "results"
 
 
-#: The paper's table and every peers table published (docs/results/streams/ once the queue has run it).
+#: The paper's table and every peers table published.
 PAPER_AND_PEERS = [(RESULTS / "table1-cpu.json", "paper"),
                    *((path, "peers") for path in sorted(RESULTS.glob("**/peers-cpu.json")))]
 
@@ -30,36 +30,23 @@ def test_the_published_table_is_what_the_driver_writes_from_its_json(path, table
     assert table1_table(json.loads(path.read_text()), table) == path.with_suffix(".md").read_text()
 
 
-#: Every converged table published, by the CPU queue or a lent GPU.
+#: Every converged table published, on a CPU or a GPU.
 CONVERGED = sorted(path for device in ("cpu", "gpu") for path in RESULTS.glob(f"**/converged*-{device}.json"))
 
 
 @pytest.mark.parametrize("path", CONVERGED, ids=relative)
 def test_the_published_converged_tables_are_what_the_driver_writes_from_their_json(path):
-    """Every converged table the queue (and a lent GPU) has published (none before its first row is done)."""
     assert converged_table(json.loads(path.read_text())) == path.with_suffix(".md").read_text()
 
 
-def test_a_table_is_not_published_over_results_it_has_not_scored(tmp_path, capsys):
-    """A work directory lost with its machine starts again with every row pending: its first report must not
-    replace the published table that holds the lost rows' results. It keeps its own copy, says on stderr which
-    rows and what to do, and publishes again once it has scored them (or no longer lists them)."""
-    args = argparse.Namespace(gpu=False, workdir=tmp_path / "work", publish=tmp_path / "published")
-    args.workdir.mkdir()
-    rows = [{"name": "converged-baseline-s1"}, {"name": "continued-baseline"}]
-    both = {"converged-baseline-s1": {"bleu": 29.0}, "continued-baseline": {"bleu": 28.93}}
-    publish.write_outputs(args, "converged", "both scored\n", {"rows": rows, "results": both})
-    published = args.publish / "converged-cpu.json"
-    assert json.loads(published.read_text())["results"] == both
-
-    one = {"converged-baseline-s1": {"bleu": 28.8}}
-    publish.write_outputs(args, "converged", "one pending\n", {"rows": rows, "results": one})
-    err = capsys.readouterr().err
-    assert "not published to" in err and "continued-baseline" in err and "--publish DIR" in err
-    assert json.loads(published.read_text())["results"] == both
-    assert (args.publish / "converged-cpu.md").read_text() == "both scored\n"
-    assert (args.workdir / "converged.md").read_text() == "one pending\n"
-
-    publish.write_outputs(args, "converged", "one row\n", {"rows": rows[:1], "results": one})
-    assert (args.publish / "converged-cpu.md").read_text() == "one row\n"
-    assert capsys.readouterr().err == ""
+def test_a_published_table_names_its_device_and_a_figure_only_a_gpu(tmp_path):
+    for gpu, expected in ((False, {"converged-cpu.md", "converged-cpu.json", "curves.png"}),
+                          (True, {"converged-gpu.md", "converged-gpu.json", "curves-gpu.png"})):
+        args = argparse.Namespace(gpu=gpu, workdir=tmp_path / "work", publish=tmp_path / f"published-{gpu}")
+        args.workdir.mkdir(exist_ok=True)
+        (args.workdir / "curves.png").write_bytes(b"png")
+        publish.write_outputs(args, "converged", "table\n", {"rows": []}, [args.workdir / "curves.png"])
+        assert {p.name for p in args.publish.iterdir()} == expected
+        assert (args.publish / sorted(expected)[1]).read_text() == "table\n"
+    assert publish.published_name("compute-equivalence.md", False, device_suffix=False) == "compute-equivalence.md"
+    assert publish.published_name("compute-equivalence.md", True, device_suffix=False) == "compute-equivalence-gpu.md"

@@ -220,3 +220,15 @@ def test_non_finite_inputs_are_left_to_the_loss_scaler():
     xs[0][0, 0, 0] = float("inf")  # an fp16 overflow upstream: fairseq's scaler must see it, not us
     out = agg(xs, None)
     assert not torch.isfinite(out).all()
+
+
+def test_training_checks_finite_aggregates_without_waiting_on_a_gpu():
+    """On the CPU every training aggregate is checked; a GPU tensor only under anomaly detection, since reading
+    the check's result would make every connection wait for the GPU."""
+    from fairseq_capsagg.aggregators.base import checks_finite
+
+    assert checks_finite(torch.zeros(2))
+    gpu_like = torch.zeros(2, device="meta")  # any device but the CPU's
+    assert not checks_finite(gpu_like)
+    with torch.autograd.set_detect_anomaly(True):
+        assert checks_finite(gpu_like)

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Dict, List
 
-from . import fairseq_runs
-from .rows import Row
+from .. import fairseq_runs
+from ..rows import Row
 
 
 def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """The main job: train and compare layer-aggregation models on a real En->De corpus.
 
-Run as ``capsagg-main-job``, ``python -m fairseq_capsagg.pipeline.main_job`` or, from a checkout,
+Run as ``capsagg-main-job``, ``python -m fairseq_capsagg.pipeline.drivers.main_job`` or, from a checkout,
 ``python examples/main_job.py``.
 
 Stages (each prints one line when it starts and is skipped when already done):
@@ -22,13 +22,14 @@ from typing import Dict, List, NamedTuple, Optional, Sequence
 
 from sacrebleu.metrics import BLEU
 
-from ..analysis import scoring
-from . import corpus as corpus_mod
-from . import fairseq_runs, provenance, report, stage_names, subwords
-from .data import prepare_data, references, unpack_corpus
-from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import Row, compare, hypothesis_file, score_row
-from .warm_starts import step0_losses
+from ...analysis import scoring
+from .. import corpus as corpus_mod
+from .. import fairseq_runs, provenance, stage_names, subwords
+from ..reports import report
+from ..data import prepare_data, references, unpack_corpus
+from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
+from ..rows import Row, compare, hypothesis_file, score_row
+from ..warm_starts import step0_losses
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -7,8 +7,9 @@ its titles name) alone, so a published JSON rebuilds its Markdown exactly.
 import argparse
 from typing import Dict, List, Optional
 
-from . import fairseq_runs, report
-from .rows import SCORE_HEADER, Row, score_cells, tuned_table
+from .. import fairseq_runs
+from . import report
+from ..rows import SCORE_HEADER, Row, score_cells, tuned_table
 
 
 def valid_cell(valid: Optional[Dict[str, float]]) -> str:

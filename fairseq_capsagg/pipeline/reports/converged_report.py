@@ -9,9 +9,10 @@ import argparse
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from . import convergence, fairseq_runs, report
-from .converged import CONTINUED_REFERENCE, REFERENCE
-from .rows import SCORE_HEADER, Row, score_cells, tuned_table
+from .. import convergence, fairseq_runs
+from . import report
+from ..drivers.converged import CONTINUED_REFERENCE, REFERENCE
+from ..rows import SCORE_HEADER, Row, score_cells, tuned_table
 
 Results = Dict[str, Dict[str, object]]
 
@@ -181,7 +182,7 @@ def format_tables(rows: List[Row], results: Results, equivalence, caption: str,
 def plot_curves(rows: List[Row], results: Results, equivalence, path: Path) -> None:
     """Validation loss of the rows from scratch against updates and against seconds at idle speed, and of
     the continued rows against their further updates."""
-    from ..analysis.plotting import plot_validation_curves
+    from ...analysis.plotting import plot_validation_curves
 
     curves = {"updates": {}, "seconds": {}, "continued": {}}
     for row in (r for r in rows if r.name in results):

@@ -15,7 +15,7 @@ The noise of that ratio is the Transformer placed on its own other run's curve (
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from .rows import Row
+from ..rows import Row
 
 #: The systems trained, in this order: the one-epoch winners first (hyper-connections, the dynamic
 #: combination, MUDD), then the paper's EM routing, then the rest of the dense peers.

@@ -33,10 +33,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
-from . import convergence, fairseq_runs, provenance, stage_names
-from .experiment import Stages
-from .rows import Row, compare, hypothesis_file, score_row, tune_row
-from .warm_starts import step0_losses
+from .. import convergence, fairseq_runs, provenance, stage_names
+from ..experiment import Stages
+from ..rows import Row, compare, hypothesis_file, score_row, tune_row
+from ..warm_starts import step0_losses
 
 #: Aggregators continued from the converged Transformer (the paper's protocol), in this order: the paper's
 #: then the peers that start exactly as the Transformer (not DLCL, which starts as its uniform average).
@@ -143,11 +143,8 @@ class ConvergedTable:
     """Trains, scores and reports the rows of the converged comparison in ``args.workdir``."""
 
     def __init__(self, args: argparse.Namespace, stages: Stages, data_bin: Path, hp: Dict[str, object],
-                 raw_refs: Sequence[str], num_test: int, valid_refs: Sequence[str],
-                 imported: Optional[Dict[str, object]] = None):
+                 raw_refs: Sequence[str], num_test: int, valid_refs: Sequence[str]):
         self.args, self.stages, self.data_bin, self.hp = args, stages, data_bin, hp
-        #: ``converged-baseline-s1`` trained and scored elsewhere (:mod:`.reference_pack`'s manifest), or None.
-        self.imported = imported
         self.raw_refs, self.num_test, self.valid_refs = raw_refs, num_test, valid_refs
         self.work: Path = args.workdir
         self.rule = convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
@@ -164,11 +161,9 @@ class ConvergedTable:
         return self.work / "logs" / f"train-{name}"
 
     def continued_lr(self) -> float:
-        """The learning rate the Transformer had reached at its best checkpoint (where b. starts), on the
-        schedule that trained it (an imported Transformer's own)."""
+        """The learning rate the Transformer had reached at its best checkpoint (where b. starts)."""
         best_update = self.stages.done[stage_names.train(REFERENCE)]["best_update"]
-        schedule = self.imported["config"] if self.imported else vars(self.args)
-        return fairseq_runs.inverse_sqrt_lr(best_update, schedule["lr"], schedule["warmup"])
+        return fairseq_runs.inverse_sqrt_lr(best_update, self.args.lr, self.args.warmup)
 
     def row_flags(self, row: Row) -> List[str]:
         flags = list(self.rule.fairseq_flags())
@@ -263,10 +258,8 @@ class ConvergedTable:
         the next row trains; a later run tries it again from its last checkpoint."""
         results: Dict[str, Dict[str, object]] = {}
 
-        def collect(row: Row) -> None:  # the imported Transformer, or a trained row evaluated
-            if row.name == REFERENCE and self.imported:  # scored where it was trained
-                results[row.name] = {**self.imported["result"], "imported_from": self.imported["source"]}
-            elif stage_names.train(row.name) in self.stages.done:
+        def collect(row: Row) -> None:  # a trained row evaluated
+            if stage_names.train(row.name) in self.stages.done:
                 results[row.name] = self.evaluate(row)
             if row.name == REFERENCE and row.name in results:
                 self.step0 = self.continued_starts()

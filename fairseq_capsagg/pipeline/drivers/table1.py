@@ -45,21 +45,22 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, NamedTuple, Optional
+from typing import Dict, List, NamedTuple
 
 from sacrebleu.metrics import BLEU
 
-from ..analysis import scoring
-from . import corpus as corpus_mod
-from . import (converged, converged_report, equivalence, equivalence_report, fairseq_runs, provenance, publish,
-               reference_pack, report, stage_names)
-from .data import prepare_data, references, unpack_corpus
-from .experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
-from .rows import Row, compare, hypothesis_file, score_row, tune_row
-from .subwords import VocabularyTooSmall
-from .table1_report import format_tables
+from ...analysis import scoring
+from .. import corpus as corpus_mod
+from .. import fairseq_runs, provenance, stage_names
+from ..reports import converged_report, equivalence_report, publish, report
+from . import converged, equivalence
+from ..data import prepare_data, references, unpack_corpus
+from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
+from ..rows import Row, compare, hypothesis_file, score_row, tune_row
+from ..subwords import VocabularyTooSmall
+from ..reports.table1_report import format_tables
 from .table1_rows import peer_rows, read_speed_ratios, table_rows
-from .warm_starts import step0_losses
+from ..warm_starts import step0_losses
 
 #: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
 #: :data:`~.corpus.DEFAULT_PAIR`), in sentencepiece subwords.
@@ -103,18 +104,13 @@ def table_stem(args: argparse.Namespace) -> str:
 
 
 def rows_of(args: argparse.Namespace) -> List[Row]:
-    """The rows of ``args.table`` for ``args.systems`` and ``args.second_seed``, in the order they train. With
-    ``--reference-from`` the converged comparison holds the imported Transformer and the rows continued from it
-    only: a row from scratch here would be read against a Transformer trained elsewhere, with other batches."""
+    """The rows of ``args.table`` for ``args.systems`` and ``args.second_seed``, in the order they train."""
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
     if args.table == "compute-equivalence":
         return equivalence.equivalence_rows(args.systems)
     if args.table == "converged":
-        rows = converged.converged_rows(args.systems, args.second_seed)
-        if args.reference_from is not None:
-            rows = [row for row in rows if row.protocol == "continued" or row.name == converged.REFERENCE]
-        return rows
+        return converged.converged_rows(args.systems, args.second_seed)
     return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
 
 
@@ -163,10 +159,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lenpen-grid", default=None,
                    help="length penalties tried on the validation split for every row, the best decoding the "
                         f"test split a second time ('' for none; default {LENPEN_GRID}, with --table converged none)")
-    p.add_argument("--reference-from", type=Path, default=None,
-                   help="--table converged: converged-baseline-s1 imported from a pack of another work directory "
-                        "(python -m fairseq_capsagg.pipeline.reference_pack WORKDIR PACK) instead of trained here; "
-                        "the continued rows start from it")
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
@@ -247,8 +239,6 @@ def check_settings(args: argparse.Namespace) -> None:
 def check_table(args: argparse.Namespace) -> None:
     """ValueError naming the flag when a setting does not fit ``args.table`` (after ``--quick``'s); reads the
     peers' speed ratios, and checks ``--rows`` against the table's rows."""
-    if args.reference_from is not None and args.table != "converged":
-        raise ValueError(f"--reference-from: only with --table converged (got --table {args.table})")
     if args.table == "compute-equivalence":
         args.patience_updates = args.update_cap  # after --quick's: no early stop, every row trains to the cap
         if not args.reference_curve:
@@ -292,8 +282,6 @@ def config_of(args: argparse.Namespace) -> Dict[str, object]:
     if args.pair != PAIR:  # written only for another pair: work directories from before hold en-de
         keys += ["source_lang", "target_lang"]
     config = {k: getattr(args, k) for k in keys}
-    if args.table == "converged" and args.reference_from is not None:  # absent otherwise, as before the flag
-        config["reference_from"] = str(args.reference_from.resolve())
     return config
 
 
@@ -349,15 +337,13 @@ def main(argv=None) -> int:
         # the pair's bundled corpus (by default the paper's Table 1 task, En->De), in sentencepiece subwords
         tarball = corpus_mod.bundled_corpus(args.pair)
         corpus_dir = unpack_corpus(tarball, work / "corpus", args.pair, stages)
-        imported = (None if args.reference_from is None else
-                    reference_pack.import_into(args.reference_from, work, stages, config_of(args)))
         prepared = prepare(args, stages, corpus_dir, tarball.name)
-    except (WorkdirError, corpus_mod.CorpusError, reference_pack.PackError, VocabularyTooSmall) as e:
+    except (WorkdirError, corpus_mod.CorpusError, VocabularyTooSmall) as e:
         print(f"table1: error: {e}", file=sys.stderr)
         return 2
     rows = rows_of(args)
     if args.table == "converged":
-        return run_converged(args, stages, prepared, rows, imported)
+        return run_converged(args, stages, prepared, rows)
     if args.table == "compute-equivalence":
         return run_equivalence(args, stages, prepared, rows)
     run_table(args, stages, prepared, rows)
@@ -382,18 +368,13 @@ def prepare(args: argparse.Namespace, stages: Stages, corpus_dir: Path, corpus_n
                     f"{provenance.device_name(args.gpu)}; beam {args.beam}.{bleu_signature}")
 
 
-def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row],
-                  imported: Optional[Dict[str, object]]) -> int:
+def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> int:
     """``--table converged``: trains and scores its rows (:mod:`.converged`), writing the tables
     (:mod:`.converged_report`) after each; 1 if a row failed."""
     caption = (f"{prepared.caption_head}; <= {args.max_tokens} tokens per update; lr {args.lr}, warm-up "
                f"{args.warmup}, inverse square root; {prepared.caption_tail}")
-    if imported:
-        source = imported["config"]
-        caption += (f" `{converged.REFERENCE}` imported from {imported['source']} (trained there with <= "
-                    f"{source['max_tokens']} tokens per update, lr {source['lr']}, warm-up {source['warmup']}).")
     comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
-                                          prepared.num_test, prepared.valid_refs, imported)
+                                          prepared.num_test, prepared.valid_refs)
 
     stem = table_stem(args)
 
@@ -432,7 +413,7 @@ def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared
         figure = args.workdir / f"{stem}.png"
         equivalence_report.plot(table, figure)
         publish.write_outputs(args, stem, equivalence_report.format_tables(rows, results, table, caption), payload,
-                              [figure])
+                              [figure], device_suffix=False)
 
     comparison.run(rows, report_equivalence)
     return 1 if comparison.failures else 0

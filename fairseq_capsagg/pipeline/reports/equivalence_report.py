@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from . import equivalence, fairseq_runs
-from .rows import Row
+from ..drivers import equivalence
+from .. import fairseq_runs
+from ..rows import Row
 
 Results = Dict[str, Dict[str, object]]
 
@@ -93,7 +94,7 @@ def format_tables(rows: List[Row], results: Results, table: Dict[str, object], c
 def plot(table: Dict[str, object], path: Path) -> None:
     """Compute-equivalence in updates against updates, one line per row (the middle of its runs' span), and the
     Transformer's own band shaded."""
-    from ..analysis.plotting import plot_ratio_curves
+    from ...analysis.plotting import plot_ratio_curves
 
     lines: Dict[str, Tuple[List[int], List[float]]] = {}
     for name, points in table["rows"].items():

@@ -1,0 +1,130 @@
+"""Sinkhorn-Knopp for mHC's H_res: the eager loop (the reference), one fused operator, or torch.compile.
+
+``--sinkhorn-kernel`` picks the implementation; all three compute the same matrices and gradients:
+
+* ``fused`` (default): one operator each way, ``capsagg::sinkhorn`` and its backward; on CUDA with Triton
+  one kernel each (:mod:`.sinkhorn_triton`), elsewhere the eager loop inside the operator;
+* ``eager``: the loop of :func:`sinkhorn_reference`, 2T log-sum-exps of small tensors (hundreds of kernels a
+  block on a GPU);
+* ``compiled``: that loop through ``torch.compile``.
+"""
+
+import functools
+import importlib.util
+from typing import Callable, Tuple
+
+import torch
+from torch import Tensor
+
+#: Sinkhorn-Knopp iterations of H_res (the paper's).
+SINKHORN_ITERATIONS = 20
+#: The implementations of ``--sinkhorn-kernel``.
+KERNELS = ("fused", "eager", "compiled")
+
+
+def sinkhorn_reference(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
+    """The doubly stochastic matrix of Sinkhorn-Knopp from exp(logits) over the last two dimensions, in fp32
+    and in log space, with autocast off: columns, then rows, normalised ``iterations`` times, so the rows
+    (each output stream's weights) sum to 1 to rounding and the columns to the method's convergence.
+
+    The n x n matrices of all positions are laid out matrix entry first, (n, n, positions), so that each
+    normalisation reduces over an outer dimension (sums of contiguous slabs) rather than over a stride of
+    n inside every position: the same operations and values, 1.7x faster on a CPU at n = 4."""
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        shape = logits.shape
+        log_p = logits.float().reshape(-1, *shape[-2:]).permute(1, 2, 0).contiguous()
+        for _ in range(iterations):
+            log_p = log_p - torch.logsumexp(log_p, dim=0, keepdim=True)  # each column over its rows
+            log_p = log_p - torch.logsumexp(log_p, dim=1, keepdim=True)  # each row over its columns
+        return log_p.exp().permute(2, 0, 1).contiguous().view(shape)  # each position's matrix contiguous again
+
+
+def reference_backward(logits: Tensor, grad: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
+    """The gradient of :func:`sinkhorn_reference` at ``logits`` (P, n, n) given ``grad`` of its output, written
+    out: back through exp, then through every normalisation y = x - logsumexp(x), whose gradient is
+    g - softmax(x) sum(g) with softmax(x) = exp(y), in reverse (autograd's values, without its graph)."""
+    log_p = logits.float().permute(1, 2, 0).contiguous()
+    steps = []
+    for _ in range(iterations):
+        log_p = log_p - torch.logsumexp(log_p, dim=0, keepdim=True)
+        steps.append(log_p)
+        log_p = log_p - torch.logsumexp(log_p, dim=1, keepdim=True)
+        steps.append(log_p)
+    g = grad.float().permute(1, 2, 0) * log_p.exp()
+    for index in reversed(range(len(steps))):
+        g = g - steps[index].exp() * g.sum(dim=index % 2, keepdim=True)
+    return g.permute(2, 0, 1).contiguous()
+
+
+@functools.cache
+def _triton_kernels():
+    """:mod:`.sinkhorn_triton` where Triton is installed, else None."""
+    if importlib.util.find_spec("triton") is None:
+        return None
+    from . import sinkhorn_triton
+
+    return sinkhorn_triton
+
+
+def _on_triton(logits: Tensor) -> bool:
+    return logits.is_cuda and _triton_kernels() is not None
+
+
+@torch.library.custom_op("capsagg::sinkhorn", mutates_args=())
+def _fused(logits: Tensor, iterations: int) -> Tensor:
+    if _on_triton(logits):
+        return _triton_kernels().forward(logits, iterations)
+    return sinkhorn_reference(logits, iterations)
+
+
+@_fused.register_fake
+def _(logits: Tensor, iterations: int) -> Tensor:
+    return torch.empty_like(logits)
+
+
+@torch.library.custom_op("capsagg::sinkhorn_backward", mutates_args=())
+def _fused_backward(logits: Tensor, grad: Tensor, iterations: int) -> Tensor:
+    if _on_triton(logits):
+        return _triton_kernels().backward(logits, grad, iterations)
+    return reference_backward(logits, grad, iterations)
+
+
+@_fused_backward.register_fake
+def _(logits: Tensor, grad: Tensor, iterations: int) -> Tensor:
+    return torch.empty_like(logits)
+
+
+def _setup_context(ctx, inputs: Tuple[Tensor, int], output: Tensor) -> None:
+    ctx.save_for_backward(inputs[0])
+    ctx.iterations = inputs[1]
+
+
+def _backward(ctx, grad: Tensor) -> Tuple[Tensor, None]:
+    (logits,) = ctx.saved_tensors
+    return _fused_backward(logits, grad.contiguous(), ctx.iterations), None
+
+
+_fused.register_autograd(_backward, setup_context=_setup_context)
+
+
+def sinkhorn_fused(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
+    """:func:`sinkhorn_reference` as one operator forward and one backward (``capsagg::sinkhorn``)."""
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        shape = logits.shape
+        flat = logits.float().reshape(-1, *shape[-2:]).contiguous()
+        return _fused(flat, iterations).view(shape)
+
+
+@functools.cache
+def _compiled() -> Callable[[Tensor, int], Tensor]:
+    """:func:`sinkhorn_reference` through ``torch.compile`` (made once, shapes dynamic)."""
+    return torch.compile(sinkhorn_reference, dynamic=True)
+
+
+def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "fused") -> Tensor:
+    """Sinkhorn-Knopp by the implementation ``kernel`` (one of :data:`KERNELS`; the same values)."""
+    if kernel == "fused":
+        return sinkhorn_fused(logits, iterations)
+    if kernel == "compiled":
+        return _compiled()(logits, iterations)
+    return sinkhorn_reference(logits, iterations)

@@ -1,0 +1,96 @@
+"""Sinkhorn-Knopp in one Triton kernel each way (mHC's H_res, :mod:`.sinkhorn`).
+
+Each program holds ``BLOCK`` positions' n x n matrices in registers and runs every iteration there: the
+forward reads the logits once and writes the doubly stochastic matrices once; the backward recomputes the
+iterates it needs (iteration t from the logits, for t = T - 1 down to 0) instead of storing 2T of them. The
+arithmetic is :func:`.sinkhorn.sinkhorn_reference`'s, in fp32 and log space: a column normalisation (each
+column over its rows) then a row normalisation, T times, and exp. Matrices are padded to the next power of two
+with -inf logits, which stay -inf and weigh nothing.
+
+Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+#: Positions per program.
+BLOCK = 32
+
+
+@triton.jit
+def _normalise(x, valid, AXIS: tl.constexpr):
+    """x - logsumexp(x) over AXIS (1: each column over its rows, 2: each row over its columns); -inf stays."""
+    peak = tl.max(x, axis=AXIS)
+    peak = tl.where(peak == float("-inf"), 0.0, peak)
+    total = tl.sum(tl.exp(x - tl.expand_dims(peak, AXIS)), axis=AXIS)
+    total = tl.where(total == 0.0, 1.0, total)
+    out = x - tl.expand_dims(peak + tl.log(total), AXIS)
+    return tl.where(valid, out, float("-inf"))
+
+
+@triton.jit
+def _iterate(x, valid, iterations):
+    for _ in range(iterations):
+        x = _normalise(x, valid, 1)
+        x = _normalise(x, valid, 2)
+    return x
+
+
+@triton.jit
+def _offsets(positions, n, N: tl.constexpr, BLOCK_P: tl.constexpr):
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    i = tl.arange(0, N)
+    j = tl.arange(0, N)
+    p3 = p[:, None, None]
+    i3 = i[None, :, None]
+    j3 = j[None, None, :]
+    offsets = p3 * n * n + i3 * n + j3
+    inside = (p3 < positions) & (i3 < n) & (j3 < n)
+    return offsets, inside, (i3 < n) & (j3 < n)
+
+
+@triton.jit
+def _forward_kernel(logits_ptr, out_ptr, positions, n, iterations, N: tl.constexpr, BLOCK_P: tl.constexpr):
+    offsets, inside, valid = _offsets(positions, n, N, BLOCK_P)
+    x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf"))
+    x = tl.where(valid, x, float("-inf"))
+    x = _iterate(x, valid, iterations)
+    tl.store(out_ptr + offsets, tl.exp(x), mask=inside)
+
+
+@triton.jit
+def _backward_kernel(logits_ptr, grad_ptr, out_ptr, positions, n, iterations, N: tl.constexpr,
+                     BLOCK_P: tl.constexpr):
+    offsets, inside, valid = _offsets(positions, n, N, BLOCK_P)
+    logits = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf"))
+    logits = tl.where(valid, logits, float("-inf"))
+    grad = tl.load(grad_ptr + offsets, mask=inside, other=0.0)
+    grad = grad * tl.exp(_iterate(logits, valid, iterations))  # through exp
+    for back in range(iterations):
+        t = iterations - 1 - back
+        columns = _normalise(_iterate(logits, valid, t), valid, 1)  # iteration t's column step
+        rows = _normalise(columns, valid, 2)  # and its row step
+        # through x - logsumexp(x): g - softmax(x) * sum(g), softmax(x) = exp(the step's output)
+        grad = grad - tl.exp(rows) * tl.expand_dims(tl.sum(grad, axis=2), 2)
+        grad = grad - tl.exp(columns) * tl.expand_dims(tl.sum(grad, axis=1), 1)
+        grad = tl.where(valid, grad, 0.0)
+    tl.store(out_ptr + offsets, grad, mask=inside)
+
+
+def _launch(kernel, *tensors: torch.Tensor, n: int, iterations: int) -> torch.Tensor:
+    positions = tensors[0].numel() // (n * n)
+    out = torch.empty_like(tensors[0])
+    grid = (triton.cdiv(positions, BLOCK),)
+    kernel[grid](*tensors, out, positions, n, iterations, N=triton.next_power_of_2(n), BLOCK_P=BLOCK)
+    return out
+
+
+def forward(logits: torch.Tensor, iterations: int) -> torch.Tensor:
+    """The doubly stochastic matrices of ``logits`` (P, n, n), fp32 and contiguous."""
+    return _launch(_forward_kernel, logits, n=logits.size(-1), iterations=iterations)
+
+
+def backward(logits: torch.Tensor, grad: torch.Tensor, iterations: int) -> torch.Tensor:
+    """The gradient with respect to ``logits`` of the forward's output given ``grad`` (both (P, n, n))."""
+    return _launch(_backward_kernel, logits, grad, n=logits.size(-1), iterations=iterations)

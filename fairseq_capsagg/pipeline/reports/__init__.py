@@ -1,0 +1,2 @@
+"""The drivers' reports: their tables in Markdown and JSON, their figures, publishing, and the summaries of
+published tables."""

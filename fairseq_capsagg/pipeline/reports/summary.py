@@ -1,0 +1,197 @@
+"""Results at a glance, read from published tables: one row per method with its ΔBLEU after one epoch, its ΔBLEU
+continued from a converged Transformer, and its compute-equivalence from scratch; and the converged comparison's
+runs in one table, every row against its own run's Transformer.
+
+Every path is an argument (``make tables`` passes the published ones)::
+
+    python -m fairseq_capsagg.pipeline.reports.summary glance --one-epoch T.json ... --converged C.json ... \
+        --equivalence E.json [--write README.md]
+    python -m fairseq_capsagg.pipeline.reports.summary converged-runs --converged C.json ... [--write docs/results.md]
+
+``--write PAGE`` replaces the page's ``<!-- glance:begin/end -->`` (``converged-runs``) block.
+"""
+
+import argparse
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+from ...analysis.scoring import significance_mark
+from ...tools.markdown_block import write_block
+from ..drivers import equivalence
+from .. import fairseq_runs
+
+Table = Dict[str, object]
+#: The one-epoch ablations kept as methods: EM routing on the encoder only was continued from the converged
+#: Transformer too (the paper's Table 5 ablation); the others stay in their own tables.
+METHOD_FLAGS = {("--decoder-aggregation", "none"): "encoder only"}
+NOT_MEASURED = "not measured"
+
+
+def read(paths: Sequence[Path]) -> List[Tuple[str, Table]]:
+    """Each published JSON with the name the tables cite it by (its path as given)."""
+    return [(str(path), json.loads(Path(path).read_text())) for path in paths]
+
+
+def method_of(row: Dict[str, object]) -> Optional[Tuple[str, str]]:
+    """(system, variant) of a row that measures a method; None for an ablation that is not one."""
+    flags = tuple(row["flags"])
+    if flags and flags not in METHOD_FLAGS:
+        return None
+    return row["system"], METHOD_FLAGS.get(flags, "")
+
+
+def method_label(method: Tuple[str, str]) -> str:
+    system, variant = method
+    label = fairseq_runs.label(system).removeprefix("+ ")
+    return f"{label}, {variant}" if variant else label
+
+
+def delta(result: Dict[str, object], with_p: bool = False) -> str:
+    """``+2.96†`` (``with_p``: ``+0.24* (0.021)``); "–" without a difference."""
+    if result.get("delta_bleu") is None:
+        return "–"
+    text = f"{result['delta_bleu']:+.2f}".replace("-", "−") + significance_mark(result["bootstrap_p"])
+    return f"{text} ({result['bootstrap_p']:.3f})" if with_p else text
+
+
+def scored_rows(tables: List[Tuple[str, Table]], protocol: str):
+    """(source, row, result) of every scored row of ``protocol``, first publication of a row name only."""
+    seen = set()
+    for source, table in tables:
+        for row in table["rows"]:
+            result = table["results"].get(row["name"])
+            if row["protocol"] == protocol and result is not None and (source, row["name"]) not in seen:
+                seen.add((source, row["name"]))
+                yield source, row, result
+
+
+def one_epoch_cells(tables: List[Tuple[str, Table]]) -> Dict[Tuple[str, str], str]:
+    """Each method's ΔBLEU from scratch (both seeds where two were trained: ``+2.96† / +3.11†``)."""
+    cells: Dict[Tuple[str, str], List[Tuple[int, str]]] = {}
+    seen = set()
+    for _, row, result in scored_rows(tables, "scratch"):
+        method = method_of(row)
+        if method is None or row["name"] in seen or row["name"] == row["reference"]:
+            continue
+        seen.add(row["name"])
+        cells.setdefault(method, []).append((row["seed"], delta(result)))
+    return {method: " / ".join(cell for _, cell in sorted(found)) for method, found in cells.items()}
+
+
+def converged_cells(tables: List[Tuple[str, Table]]) -> Dict[Tuple[str, str], str]:
+    """Each method's ΔBLEU of its last checkpoints averaged, continued from a converged Transformer, against the
+    Transformer continued alike in the same run (seed 1; the first run that scored it)."""
+    cells = {}
+    for _, row, result in scored_rows(tables, "continued"):
+        method = method_of(row)
+        if method is None or row["seed"] != 1 or method in cells or row["system"] == fairseq_runs.BASELINE:
+            continue
+        cells[method] = delta(result["average"], with_p=True)
+    return cells
+
+
+def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
+    """Each system's compute-equivalence at its last point, the span over the Transformer runs, and whether it
+    lies above the Transformer's own band (``1.31-1.42, above``)."""
+    if table is None:
+        return {}
+    measured = table["compute_equivalence"]
+    band = {int(u): b for u, b in measured["noise_band"].items()}
+    cells = {}
+    for row in table["rows"]:
+        points = measured["rows"].get(row["name"])
+        if not points or points[-1]["updates_ratio"] is None:
+            continue
+        last = points[-1]
+        low, high = last["updates_ratio"]
+        verdict = {True: ", above", False: ", within", None: ""}[equivalence.faster(last, band)]
+        cells[(row["system"], "")] = f"{low:.2f}-{high:.2f}{verdict}"
+    return cells
+
+
+def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Table]]) -> str:
+    """The Transformer's own noise: its second seed in each protocol, and its converged runs' BLEU side by side."""
+    seeds = {}
+    for protocol, tables in (("scratch", one_epoch), ("continued", converged)):
+        for _, row, result in scored_rows(tables, protocol):
+            if row["system"] == fairseq_runs.BASELINE and row["seed"] == 2 and protocol not in seeds:
+                seeds[protocol] = result if protocol == "scratch" else result["average"]
+    runs = [table["results"][equivalence.REFERENCE] for _, table in converged
+            if equivalence.REFERENCE in table["results"] and not table["results"][equivalence.REFERENCE].get("snapshot")]
+    parts = []
+    if "scratch" in seeds:
+        parts.append(f"the Transformer's second seed {delta(seeds['scratch'], with_p=True)} after one epoch")
+    if "continued" in seeds:
+        parts.append(f"{delta(seeds['continued'], with_p=True)} continued (last 5 averaged)")
+    if len(runs) > 1:
+        best = " and ".join(f"{r['bleu']:.2f}" for r in runs)
+        averaged = " and ".join(f"{r['average']['bleu']:.2f}" for r in runs)
+        parts.append(f"two trainings of the converged Transformer score {best} BLEU (last 5 averaged: {averaged})")
+    return "Noise: " + "; ".join(parts) + "."
+
+
+def glance_table(one_epoch: Sequence[Path], converged: Sequence[Path], equivalence_json: Optional[Path]) -> str:
+    """One row per method: ΔBLEU after one epoch, continued from the converged Transformer, and compute-equivalence;
+    the Transformer's BLEU first, the noise under the table."""
+    epoch_tables, converged_tables = read(one_epoch), read(converged)
+    equivalence_table = read([equivalence_json])[0][1] if equivalence_json else None
+    columns = [one_epoch_cells(epoch_tables), converged_cells(converged_tables), equivalence_cells(equivalence_table)]
+    methods = [m for m in dict.fromkeys(m for cells in columns for m in cells) if m[0] != fairseq_runs.BASELINE]
+    order = fairseq_runs.systems()
+    methods.sort(key=lambda m: (order.index(m[0]), m[1]))
+    first = epoch_tables[0][1]
+    base = first["results"][next(r["reference"] for r in first["rows"] if r["protocol"] == "scratch")]
+    continued = converged_tables[0][1]["results"]["continued-baseline"]["average"]
+    steps = first["config"]["max_update"], converged_tables[0][1]["config"]["warm_updates"]
+    cap = equivalence_table["config"]["update_cap"] if equivalence_table else equivalence.UPDATE_CAP
+    lines = [f"| method | one epoch: ΔBLEU, {steps[0]:,} updates from scratch | converged: ΔBLEU (p), +{steps[1]:,} "
+             f"updates from the converged Transformer, last 5 averaged | compute-equivalence at {cap:,} updates "
+             "from scratch |",
+             "|---|---:|---:|---:|",
+             f"| Transformer: BLEU | {base['bleu']:.2f} | {continued['bleu']:.2f} | 1 |"]
+    for method in methods:
+        cells = [c.get(method, NOT_MEASURED) for c in columns]
+        lines.append(f"| {method_label(method)} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n\n" + noise_line(epoch_tables, converged_tables) + "\n"
+
+
+def converged_runs_table(converged: Sequence[Path]) -> str:
+    """Every scored row of every converged run, each against its own run's reference: best checkpoint and the
+    average of its last interval checkpoints (how many: a GPU run of 500 updates averages two)."""
+    lines = ["| run | row | best valid loss | BLEU | ΔBLEU (p) | averaged checkpoints | BLEU | ΔBLEU (p) |",
+             "|---|---|---:|---:|---:|---|---:|---:|"]
+    for source, table in read(converged):
+        for row in table["rows"]:
+            result = table["results"].get(row["name"])
+            if result is None:
+                continue
+            average = result["average"]
+            updates = ", ".join(f"{u:,}" for u in average["updates"])
+            name = row["name"] + (" (snapshot)" if result.get("snapshot") else "")
+            lines.append(f"| `{source}` | {name} | {result['best_loss']:.3f} | {result['bleu']:.2f} "
+                         f"| {delta(result, with_p=True)} | {updates} | {average['bleu']:.2f} "
+                         f"| {delta(average, with_p=True)} |")
+    return "\n".join(lines) + "\n"
+
+
+def cli_main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(prog="summary", description=__doc__.splitlines()[0])
+    parser.add_argument("table", choices=("glance", "converged-runs"))
+    parser.add_argument("--one-epoch", type=Path, nargs="+", default=[], help="published one-epoch tables (JSON)")
+    parser.add_argument("--converged", type=Path, nargs="+", required=True, help="published converged tables (JSON)")
+    parser.add_argument("--equivalence", type=Path, default=None, help="the published compute-equivalence JSON")
+    parser.add_argument("--write", type=Path, default=None, help="replace the table's block in this Markdown page")
+    args = parser.parse_args(argv)
+    if args.table == "glance" and not args.one_epoch:
+        parser.error("--one-epoch: required for the glance table")
+    text = (glance_table(args.one_epoch, args.converged, args.equivalence) if args.table == "glance"
+            else converged_runs_table(args.converged))
+    if args.write:
+        write_block(args.write, args.table, text)
+    else:
+        print(text, end="")
+
+
+if __name__ == "__main__":
+    cli_main()

@@ -1,0 +1,141 @@
+"""Results at a glance and the converged runs' table, read from published tables written here."""
+
+import json
+
+import pytest
+
+from fairseq_capsagg.pipeline.reports.summary import cli_main, converged_runs_table, glance_table
+from fairseq_capsagg.tools.markdown_block import read_block
+
+ONE_EPOCH = {"max_update": 900, "warm_updates": 600}
+CONVERGED = {"warm_updates": 3000}
+
+
+def row(name, system, protocol, seed, reference, flags=()):
+    return {"name": name, "system": system, "protocol": protocol, "seed": seed, "reference": reference,
+            "flags": list(flags), "max_update": 0}
+
+
+def scored(bleu, delta=None, p=None, average=None, **extra):
+    result = {"bleu": bleu, **extra}
+    if delta is not None:
+        result.update(delta_bleu=delta, bootstrap_p=p)
+    if average is not None:
+        result["average"] = average
+    return result
+
+
+def publish(path, payload):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(payload))
+    return path
+
+
+def averaged(bleu, delta=None, p=None, updates=(1000, 3000)):
+    return scored(bleu, delta, p, updates=list(updates))
+
+
+@pytest.fixture
+def published(tmp_path):
+    one_epoch = publish(tmp_path / "table1-cpu.json", {"config": ONE_EPOCH, "rows": [
+        row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+        row("scratch-dyncomb-s1", "dyncomb", "scratch", 1, "scratch-baseline-s1"),
+        row("scratch-dyncomb-s2", "dyncomb", "scratch", 2, "scratch-baseline-s1"),
+        row("scratch-emrouting-iter1-s1", "emrouting", "scratch", 1, "scratch-baseline-s1", ("--routing-iters", "1")),
+        row("scratch-emrouting-encoder-s1", "emrouting", "scratch", 1, "scratch-baseline-s1",
+            ("--decoder-aggregation", "none")),
+        row("scratch-baseline-s2", "baseline", "scratch", 2, "scratch-baseline-s1"),
+    ], "results": {"scratch-baseline-s1": scored(7.42), "scratch-dyncomb-s1": scored(10.38, 2.96, 0.001),
+                   "scratch-dyncomb-s2": scored(10.53, 3.11, 0.03), "scratch-emrouting-iter1-s1": scored(6.3, -1.1, 0.001),
+                   "scratch-emrouting-encoder-s1": scored(7.25, -0.17, 0.127),
+                   "scratch-baseline-s2": scored(7.36, -0.06, 0.273)}})
+    streams = publish(tmp_path / "streams" / "peers-cpu.json", {"config": ONE_EPOCH, "rows": [
+        row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+        row("scratch-hc-s1", "hc", "scratch", 1, "scratch-baseline-s1"),
+    ], "results": {"scratch-baseline-s1": scored(7.44), "scratch-hc-s1": scored(10.46, 3.02, 0.001)}})
+    reference = dict(best_loss=4.565, average=averaged(28.98, updates=(29000, 30000)))
+    run1 = publish(tmp_path / "converged-cpu.json", {"config": CONVERGED, "rows": [
+        row("converged-baseline-s1", "baseline", "converged", 1, "converged-baseline-s1"),
+        row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1"),
+        row("continued-dyncomb", "dyncomb", "continued", 1, "continued-baseline"),
+        row("continued-emrouting-encoder", "emrouting", "continued", 1, "continued-baseline",
+            ("--decoder-aggregation", "none")),
+        row("continued-hc", "hc", "continued", 1, "continued-baseline"),
+        row("continued-baseline-s2", "baseline", "continued", 2, "continued-baseline"),
+    ], "results": {
+        "converged-baseline-s1": scored(29.0, **reference),
+        "continued-baseline": scored(28.93, -0.07, 0.28, best_loss=4.542, average=averaged(29.40, 0.42, 0.012)),
+        "continued-dyncomb": scored(29.10, 0.17, 0.102, best_loss=4.528, average=averaged(29.64, 0.24, 0.021)),
+        "continued-emrouting-encoder": scored(29.11, 0.18, 0.108, best_loss=4.543, average=averaged(29.43, 0.03, 0.3)),
+        "continued-baseline-s2": scored(29.02, 0.09, 0.248, best_loss=4.539, average=averaged(29.13, -0.27, 0.06))}})
+    run2 = publish(tmp_path / "run2" / "converged-cpu.json", {"config": CONVERGED, "rows": [
+        row("converged-baseline-s1", "baseline", "converged", 1, "converged-baseline-s1"),
+        row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1"),
+        row("continued-hc", "hc", "continued", 1, "continued-baseline"),
+    ], "results": {"converged-baseline-s1": scored(28.5, best_loss=4.573, average=averaged(29.2)),
+                   "continued-baseline": scored(29.11, 0.61, 0.003, best_loss=4.552, average=averaged(29.41, 0.21, 0.1)),
+                   "continued-hc": scored(29.3, 0.19, 0.2, best_loss=4.55, average=averaged(29.35, -0.06, 0.3))}})
+    points = [{"update": 1000, "loss": 7.0, "reference_updates": {}, "updates_ratio": [1.2, 1.3]},
+              {"update": 2000, "loss": 6.0, "reference_updates": {}, "updates_ratio": [1.10, 1.12]}]
+    equivalence = publish(tmp_path / "compute-equivalence.json", {"config": {"update_cap": 2000}, "rows": [
+        row("scratch-hc-s1", "hc", "converged", 1, "scratch-baseline-s1"),
+        row("scratch-dyncomb-s1", "dyncomb", "converged", 1, "scratch-baseline-s1")],
+        "compute_equivalence": {"noise_band": {"1000": [0.95, 1.05], "2000": [0.97, 1.02]},
+                                "rows": {"scratch-hc-s1": points}}})
+    return [one_epoch, streams], [run1, run2], equivalence
+
+
+def cells(text):
+    lines = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| method")]
+    return {c[0]: c[1:] for c in ([x.strip() for x in line.strip("|").split("|")] for line in lines)}
+
+
+def test_each_method_has_its_one_epoch_converged_and_equivalence_cells(published):
+    one_epoch, converged, equivalence = published
+    table = cells(glance_table(one_epoch, converged, equivalence))
+    assert table["Transformer: BLEU"] == ["7.42", "29.40", "1"]
+    assert table["Dynamic Combination"] == ["+2.96† / +3.11*", "+0.24* (0.021)", "not measured"]
+    # measured in the second run only, against that run's Transformer continued
+    assert table["Hyper-connections"] == ["+3.02†", "−0.06 (0.300)", "1.10-1.12, above"]
+    # an ablation continued from the converged Transformer is a method; the other ablations are not
+    assert table["EM Routing, encoder only"] == ["−0.17", "+0.03 (0.300)", "not measured"]
+    assert not any("iter" in name for name in table)
+    assert list(table) == ["Transformer: BLEU", "Dynamic Combination", "EM Routing, encoder only", "Hyper-connections"]
+
+
+def test_the_noise_line_reads_the_second_seeds_and_the_converged_runs(published):
+    text = glance_table(*published)
+    assert ("Noise: the Transformer's second seed −0.06 (0.273) after one epoch; −0.27 (0.060) continued (last 5 "
+            "averaged); two trainings of the converged Transformer score 29.00 and 28.50 BLEU (last 5 averaged: "
+            "28.98 and 29.20).") in text
+
+
+def test_a_ratio_within_the_transformers_band_is_said_so(published, tmp_path):
+    one_epoch, converged, equivalence = published
+    payload = json.loads(equivalence.read_text())
+    payload["compute_equivalence"]["rows"]["scratch-hc-s1"][-1]["updates_ratio"] = [0.99, 1.01]
+    publish(equivalence, payload)
+    assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == "0.99-1.01, within"
+
+
+def test_the_converged_runs_table_lists_every_scored_row_against_its_own_run(published):
+    _, converged, _ = published
+    table = converged_runs_table(converged).splitlines()
+    assert table[0].startswith("| run | row | best valid loss")
+    run2 = [line for line in table if "run2" in line]
+    assert [line.split("|")[2].strip() for line in run2] == ["converged-baseline-s1", "continued-baseline",
+                                                              "continued-hc"]
+    assert "| 29.11 | +0.61† (0.003) | 1,000, 3,000 | 29.41 | +0.21 (0.100) |" in run2[1]
+
+
+def test_the_cli_writes_its_block_and_names_a_missing_flag(published, tmp_path, capsys):
+    one_epoch, converged, equivalence = published
+    page = tmp_path / "README.md"
+    page.write_text("intro\n<!-- glance:begin -->\nold\n<!-- glance:end -->\nafter\n")
+    cli_main(["glance", "--one-epoch", *map(str, one_epoch), "--converged", *map(str, converged),
+              "--equivalence", str(equivalence), "--write", str(page)])
+    assert read_block(page, "glance") == glance_table(one_epoch, converged, equivalence)
+    assert page.read_text().startswith("intro\n") and page.read_text().endswith("after\n")
+    with pytest.raises(SystemExit):
+        cli_main(["glance", "--converged", str(converged[0])])
+    assert "--one-epoch: required" in capsys.readouterr().err
