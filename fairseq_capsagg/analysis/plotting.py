@@ -12,6 +12,13 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 
+def save(fig, path: Path) -> None:
+    """Writes ``fig`` to ``path`` (PNG, 110 dpi) and closes it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def plot_heatmaps(agreement: List[torch.Tensor], path: Path, title: str, stats: Dict[str, object]) -> None:
     """One panel per routing iteration: input capsules (rows) x output capsules (columns)."""
     iters = len(agreement)
@@ -26,9 +33,7 @@ def plot_heatmaps(agreement: List[torch.Tensor], path: Path, title: str, stats: 
         fig.colorbar(image, ax=ax, fraction=0.02, pad=0.01)
     axes[-1, 0].set_xlabel("output capsule n")
     fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_depth_weights(connections: List[Dict[str, object]], path: Path, title: str) -> None:
@@ -50,9 +55,7 @@ def plot_depth_weights(connections: List[Dict[str, object]], path: Path, title: 
         ax.set_ylabel("connection (0: the first)")
         fig.colorbar(image, ax=ax, fraction=0.04, pad=0.02)
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_series(x_labels: Sequence[str], series: Dict[str, Sequence[float]], path: Path, title: str,
@@ -67,9 +70,7 @@ def plot_series(x_labels: Sequence[str], series: Dict[str, Sequence[float]], pat
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_validation_curves(curves: Dict[str, Dict[str, Tuple[Sequence[float], Sequence[float]]]], path: Path,
@@ -94,9 +95,7 @@ def plot_validation_curves(curves: Dict[str, Dict[str, Tuple[Sequence[float], Se
         ax.set_ylabel("validation loss (bits per token)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)
 
 
 def plot_ratio_curves(lines: Dict[str, Tuple[Sequence[int], Sequence[float]]], band: Dict[int, Tuple[float, float]],
@@ -111,11 +110,7 @@ def plot_ratio_curves(lines: Dict[str, Tuple[Sequence[int], Sequence[float]]], b
     ax.axhline(1.0, color="black", linestyle="--", linewidth=0.8)
     for name, (x, y) in lines.items():
         ax.plot(x, y, marker="o", label=name)
-    ax.set_xlabel("updates of the row")
-    ax.set_ylabel("Transformer's updates / row's")
-    ax.set_title("compute-equivalence from scratch")
+    ax.set(xlabel="updates of the row", ylabel="Transformer's updates / row's", title="compute-equivalence from scratch")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save(fig, path)

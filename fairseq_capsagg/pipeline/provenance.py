@@ -10,8 +10,8 @@ from typing import Dict, List, Mapping
 
 import torch
 
-#: The commit of a frozen copy of the code, which has no git history of its own (examples/converged_queue.sh
-#: sets it).
+#: The commit of a frozen copy of the code (``git archive`` unpacked elsewhere, so that a long run keeps its code
+#: while the checkout changes), which has no git history of its own: its launcher sets it.
 COMMIT_VARIABLE = "CAPSAGG_CODE_COMMIT"
 #: The checkout this package was imported from, if it is one.
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -52,7 +52,7 @@ def code_commit(checkout: Path = CHECKOUT) -> str:
 
 def provenance(gpu: bool) -> Dict[str, str]:
     """``{"code": code_commit(), "device": device_name(gpu)}``: recorded with a row's training when it ends, so
-    the code of its last segment (the queue is restarted on new commits only where training is unchanged)."""
+    the code of its last segment."""
     return {"code": code_commit(), "device": device_name(gpu)}
 
 

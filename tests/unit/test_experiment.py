@@ -60,8 +60,8 @@ def test_a_table_names_the_sentences_it_scores_as_empty_and_the_rows_that_do():
     assert some.endswith(": 5 in `a`; 7 in `c`.")
 
 
-def test_stage_names_are_those_the_carried_work_directories_hold_and_trained_rows_reads_them_back(tmp_path):
-    # carry/converged.tar.xz and the earlier runs' stages.json hold these keys: a renamed stage would retrain a row
+def test_stage_names_are_those_existing_work_directories_hold_and_trained_rows_reads_them_back(tmp_path):
+    # the stages.json of work directories in use hold these keys: a renamed stage would retrain a row
     assert stage_names.DATA_STAGES == ("corpus", "subwords", "binarise")
     assert stage_names.train("converged-baseline-s1") == "train converged-baseline-s1"
     assert stage_names.average("converged-mudd-s1") == "average converged-mudd-s1"

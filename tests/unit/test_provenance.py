@@ -42,7 +42,7 @@ def test_the_code_is_the_checkouts_commit_or_the_frozen_copys_and_never_a_guess(
     assert provenance.code_commit(repo) == head
     (repo / "setup.py").write_text("x = 2\n")
     assert provenance.code_commit(repo) == f"{head}+modified"
-    frozen = repo / "runs" / "queue-code-abc1234"
+    frozen = repo / "runs" / "frozen-code-abc1234"
     frozen.mkdir(parents=True)
     assert provenance.code_commit(frozen) == "unknown"
     assert provenance.code_commit(tmp_path / "elsewhere") == "unknown"

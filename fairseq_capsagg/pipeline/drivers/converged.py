@@ -21,7 +21,7 @@ Every row is scored with its best checkpoint and with the average of its last fi
 checkpoints, its references scored by the model (``--score-reference``) to tell model errors from
 search errors; rows from scratch also report when they first reach the converged Transformer's
 best validation loss (compute equivalence; :mod:`.converged_report` writes the tables). A row is trained
-in segments (:func:`~.convergence.train_in_segments`), so the queue resumes wherever it was stopped.
+in segments (:func:`~.convergence.train_in_segments`), so a stopped run resumes where it was stopped.
 """
 
 import argparse

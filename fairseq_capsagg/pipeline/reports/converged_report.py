@@ -45,8 +45,8 @@ def compute_equivalence(rows: List[Row], results: Results) -> Optional[Dict[str,
 
 
 def stop_note(result: Dict[str, object], protocol: str) -> str:
-    """How a row from scratch ended, after its update count: `` (snapshot)`` (frozen while still training,
-    :mod:`.snapshot`), `` (cap)`` (stopped by ``--update-cap``), or nothing (converged; continued rows train a
+    """How a row from scratch ended, after its update count: `` (snapshot)`` (a published row frozen while it
+    still trained), `` (cap)`` (stopped by ``--update-cap``), or nothing (converged; continued rows train a
     fixed number of updates)."""
     if result.get("snapshot"):
         return " (snapshot)"
@@ -170,8 +170,8 @@ def format_tables(rows: List[Row], results: Results, equivalence, caption: str,
            + [legend(args)])
     frozen = [f"`{name}` at update {res['stopped_at']}" for name, res in results.items() if res.get("snapshot")]
     if frozen:
-        out += ["", f"\"(snapshot)\": frozen while its rule had not stopped it ({', '.join(frozen)}; "
-                    "`python -m fairseq_capsagg.pipeline.snapshot`): not converged, its best checkpoint of then."]
+        out += ["", f"\"(snapshot)\": frozen while its rule had not stopped it ({', '.join(frozen)}): not "
+                    "converged, its best checkpoint of then."]
     out += report.format_row_notes(results)
     if step0:
         out += ["", report.format_step0(step0, f"`{REFERENCE}`'s best checkpoint (where the continued rows start; "
