@@ -16,6 +16,12 @@ from . import fairseq_runs, length_penalty, stage_names
 from .experiment import Stages
 
 
+#: The converged comparison's Transformer from scratch, and continued from it: every other converged row, and the
+#: compute-equivalence rows, are read against one of them.
+CONVERGED_REFERENCE = "converged-baseline-s1"
+CONTINUED_REFERENCE = "continued-baseline"
+
+
 @dataclass(frozen=True)
 class Row:
     """One trained model of the table."""

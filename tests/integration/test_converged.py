@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_capsagg.pipeline.drivers import equivalence
+from fairseq_capsagg.pipeline import equivalence
 from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import table1
 from published import converged_table

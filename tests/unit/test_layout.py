@@ -80,3 +80,18 @@ def test_no_run_state_is_tracked():
     large = [path for path in listed.stdout.split("\0") if path and not path.startswith(LARGE_FILES_ALLOWED)
              and (root / path).is_file() and (root / path).stat().st_size > 2 * 1024 * 1024]
     assert not large, f"tracked files over 2 MB (run state belongs in runs/, which git ignores): {large}"
+
+
+#: Inside the pipeline: the stages' library, then the drivers' reports, then the drivers, each importing only
+#: from those before it.
+PIPELINE_FLOORS = ["", "reports", "drivers"]
+
+
+@pytest.mark.parametrize("path", sorted((PACKAGE / "pipeline").rglob("*.py")), ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_the_pipelines_library_reaches_no_report_and_no_report_a_driver(path):
+    parts = path.relative_to(PACKAGE / "pipeline").parts
+    own = parts[0] if len(parts) > 1 else ""
+    above = PIPELINE_FLOORS[PIPELINE_FLOORS.index(own) + 1:]
+    upward = [(line, module) for line, module in imported_modules(path)
+              if any(module.startswith(f"fairseq_capsagg.pipeline.{floor}") for floor in above)]
+    assert not upward, f"{path.relative_to(PACKAGE)} imports from a floor above its own: {upward}"

@@ -35,7 +35,7 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from .. import convergence, fairseq_runs, provenance, stage_names
 from ..experiment import Stages
-from ..rows import Row, compare, hypothesis_file, score_row, tune_row
+from ..rows import CONTINUED_REFERENCE, CONVERGED_REFERENCE, Row, compare, hypothesis_file, score_row, tune_row
 from ..warm_starts import step0_losses
 
 #: Aggregators continued from the converged Transformer (the paper's protocol), in this order: the paper's
@@ -45,8 +45,7 @@ CONTINUED = ("linagg", "dyncomb", "emrouting", "mudd", "dwa", "hc", "mhc")
 FIRST_FROM_SCRATCH = ("dyncomb", "mudd", "emrouting")
 #: The paper's Table 5 ablation: routing on the encoder only.
 ENCODER_ONLY = ("--decoder-aggregation", "none")
-REFERENCE = "converged-baseline-s1"
-CONTINUED_REFERENCE = "continued-baseline"
+REFERENCE = CONVERGED_REFERENCE
 #: Second seeds by default: the Transformer's.
 SECOND_SEED = ("baseline",)
 

@@ -25,9 +25,9 @@ from sacrebleu.metrics import BLEU
 from ...analysis import scoring
 from .. import corpus as corpus_mod
 from .. import fairseq_runs, provenance, stage_names, subwords
-from ..reports import report
 from ..data import prepare_data, references, unpack_corpus
 from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
+from ..reports import report
 from ..rows import Row, compare, hypothesis_file, score_row
 from ..warm_starts import step0_losses
 

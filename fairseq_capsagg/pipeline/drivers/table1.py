@@ -22,11 +22,16 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
   take, its number of updates fixed in advance from the training-speed ratios of
   ``--speed-json`` (``benchmarks/speed.py`` on this machine, the same shape).
 
+``--table converged`` (:mod:`.converged`): the Transformer to convergence, the paper's protocol from it,
+every system from scratch to convergence. ``--table compute-equivalence``: systems from
+scratch for a fixed budget, placed on the validation curves of published converged Transformers (:mod:`..equivalence`).
+
     python examples/table1.py                         # every row, ~9 h on 2 CPU cores
     python examples/table1.py --rows scratch-baseline-s1,warm-baseline    # some rows only
     python examples/table1.py --report-only --publish docs/results        # tables of the rows done
     python examples/table1.py --table peers --publish docs/results        # the peers (same workdir)
     python examples/table1.py --table converged --source-lang zh --target-lang en   # runs/converged-zhen
+    python examples/table1.py --table compute-equivalence --reference-curve docs/results/converged-cpu.json
 
 Every row is also decoded with beam search's length penalty (``--lenpen``) tuned on the validation
 split for that row alone (``--lenpen-grid``), and compared again: a system that translates too short
@@ -52,15 +57,16 @@ from sacrebleu.metrics import BLEU
 from ...analysis import scoring
 from .. import corpus as corpus_mod
 from .. import fairseq_runs, provenance, stage_names
-from ..reports import converged_report, equivalence_report, publish, report
-from . import converged, equivalence
+from .. import equivalence
 from ..data import prepare_data, references, unpack_corpus
 from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
+from ..reports import converged_report, equivalence_report, publish, report
+from ..reports.table1_report import format_tables
 from ..rows import Row, compare, hypothesis_file, score_row, tune_row
 from ..subwords import VocabularyTooSmall
-from ..reports.table1_report import format_tables
-from .table1_rows import peer_rows, read_speed_ratios, table_rows
 from ..warm_starts import step0_losses
+from . import converged
+from .table1_rows import EQUIVALENCE_SYSTEMS, equivalence_rows, peer_rows, read_speed_ratios, table_rows
 
 #: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
 #: :data:`~.corpus.DEFAULT_PAIR`), in sentencepiece subwords.
@@ -108,7 +114,7 @@ def rows_of(args: argparse.Namespace) -> List[Row]:
     if args.table == "paper":
         return table_rows(args.systems, args.second_seed)
     if args.table == "compute-equivalence":
-        return equivalence.equivalence_rows(args.systems)
+        return equivalence_rows(args.systems)
     if args.table == "converged":
         return converged.converged_rows(args.systems, args.second_seed)
     return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
@@ -209,7 +215,7 @@ def apply_table_defaults(args: argparse.Namespace) -> None:
     if args.systems is None:
         args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
                                 else converged.default_systems() if args.table == "converged"
-                                else equivalence.SYSTEMS if args.table == "compute-equivalence"
+                                else EQUIVALENCE_SYSTEMS if args.table == "compute-equivalence"
                                 else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
     default_second_seed = args.second_seed is None
     for key in ("systems", "second_seed", "rows"):

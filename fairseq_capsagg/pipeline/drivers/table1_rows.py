@@ -6,7 +6,7 @@ comparison's rows are :func:`.converged.converged_rows`.
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Sequence
 
 from .. import fairseq_runs
 from ..rows import Row
@@ -57,6 +57,18 @@ def peer_rows(systems: List[str], second_seed: List[str], max_update: int,
         updates = max(1, round(max_update * speed_ratios[system]))
         rows.append(Row(f"time-{system}-s1", system, "time", 1, "scratch-baseline-s1", max_update=updates))
     return rows
+
+
+#: The compute-equivalence table's systems, in this order: the one-epoch winners first (hyper-connections, the
+#: dynamic combination, MUDD), then the paper's EM routing, then the rest of the dense peers.
+EQUIVALENCE_SYSTEMS = ("hc", "dyncomb", "mudd", "emrouting", "dwa", "dlcl")
+
+
+def equivalence_rows(systems: Sequence[str]) -> List[Row]:
+    """The compute-equivalence table: one row from scratch per system (``protocol`` "converged": trained by the
+    stop rule, there a fixed budget), the Transformer first where it is asked for, every row read against it."""
+    ordered = [s for s in systems if s == "baseline"] + [s for s in systems if s != "baseline"]
+    return [Row(f"scratch-{s}-s1", s, "converged", 1, "scratch-baseline-s1") for s in ordered]
 
 
 def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, float]:

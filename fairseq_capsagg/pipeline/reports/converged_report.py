@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from .. import convergence, fairseq_runs
+from ..rows import CONTINUED_REFERENCE, SCORE_HEADER, Row, score_cells, tuned_table
+from ..rows import CONVERGED_REFERENCE as REFERENCE
 from . import report
-from ..drivers.converged import CONTINUED_REFERENCE, REFERENCE
-from ..rows import SCORE_HEADER, Row, score_cells, tuned_table
 
 Results = Dict[str, Dict[str, object]]
 

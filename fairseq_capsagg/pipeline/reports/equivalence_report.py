@@ -6,8 +6,7 @@ import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..drivers import equivalence
-from .. import fairseq_runs
+from .. import equivalence, fairseq_runs
 from ..rows import Row
 
 Results = Dict[str, Dict[str, object]]

@@ -18,8 +18,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...analysis.scoring import significance_mark
 from ...tools.markdown_block import write_block
-from ..drivers import equivalence
-from .. import fairseq_runs
+from .. import equivalence, fairseq_runs
 
 Table = Dict[str, object]
 #: The one-epoch ablations kept as methods: EM routing on the encoder only was continued from the converged

@@ -2,8 +2,8 @@
 lead after one epoch converge faster, or only start faster?
 
 Every row trains one system from scratch with the converged Transformer's configuration for a fixed budget
-(``--update-cap``, 5,000 updates by default; no early stop), validated on the grid of the converged runs.
-At the updates of :func:`checkpoints` its validation loss L is placed on the validation curves of published
+(``--update-cap``, 5,000 updates by default; no early stop; its rows: :func:`.drivers.table1_rows.equivalence_rows`),
+validated on the grid of the converged runs. At the updates of :func:`checkpoints` its validation loss L is placed on the validation curves of published
 converged Transformer runs (``--reference-curve``, one JSON each): the update at which each run first reaches
 L, interpolated linearly between its validations (:func:`updates_to_reach`), over the row's update, is the
 row's compute-equivalence in updates (above 1: the Transformer needs more updates for the same loss). Times
@@ -15,26 +15,14 @@ The noise of that ratio is the Transformer placed on its own other run's curve (
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..rows import Row
+from .rows import CONVERGED_REFERENCE
 
-#: The systems trained, in this order: the one-epoch winners first (hyper-connections, the dynamic
-#: combination, MUDD), then the paper's EM routing, then the rest of the dense peers.
-SYSTEMS = ("hc", "dyncomb", "mudd", "emrouting", "dwa", "dlcl")
 #: Updates of every row by default (``--update-cap``).
 UPDATE_CAP = 5000
 #: The converged runs' row whose curve the rows are placed on.
-REFERENCE = "converged-baseline-s1"
-#: What every row is compared with where it is trained here too (``--systems baseline,...``).
-BASELINE_ROW = "scratch-baseline-s1"
+REFERENCE = CONVERGED_REFERENCE
 
 Curve = Sequence[Dict[str, float]]
-
-
-def equivalence_rows(systems: Sequence[str]) -> List[Row]:
-    """One row from scratch per system (``protocol`` "converged": trained by the stop rule, here a fixed
-    budget), the Transformer first where it is asked for."""
-    ordered = [s for s in systems if s == "baseline"] + [s for s in systems if s != "baseline"]
-    return [Row(f"scratch-{s}-s1", s, "converged", 1, BASELINE_ROW) for s in ordered]
 
 
 def checkpoints(cap: int, interval: int) -> List[int]:
