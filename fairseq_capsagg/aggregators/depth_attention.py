@@ -67,6 +67,9 @@ class DepthAttention(LayerAggregator):
             nn.init.zeros_(self.query_proj.weight)
             nn.init.zeros_(self.query_proj.bias)
         self.gate = nn.Parameter(torch.zeros(()))
+        newest = torch.zeros(num_layers, 1, 1)
+        newest[-1] = 1.0
+        self.register_buffer("newest", newest, persistent=False)  # one-hot on H^L, built once
 
     def attention(self, layers: Tensor) -> Tensor:
         """alpha: (L, T, B) fp32 attention of each position over its L layers (stacked (L, T, B, C)).
@@ -85,9 +88,7 @@ class DepthAttention(LayerAggregator):
     def mixing(self, layers: Tensor) -> Tensor:
         """(L, T, B) fp32: the weight of each layer in H~, g alpha_l plus 1 - g on H^L."""
         gate = self.gate.float()
-        newest = torch.zeros(self.num_layers, 1, 1, device=layers.device)
-        newest[-1] = 1.0
-        return gate * self.attention(layers) + (1.0 - gate) * newest
+        return gate * self.attention(layers) + (1.0 - gate) * self.newest
 
     def effective_weights(self, layers: Tensor) -> Tensor:
         """(T, B, 1, L) fp32: :meth:`mixing` per position."""

@@ -60,9 +60,11 @@ class HyperConnections(StreamConnection):
         read, mix, write = self.static_read.float(), self.static_mix.float(), self.static_write.float()
         if self.dynamic:
             normed = rms_normalise(streams)  # (T, B, n, C) fp32
-            read_mix = self.read_mix_scale.float() * torch.tanh(normed @ self.dynamic_read_mix.weight.float().t())
+            # both projections in one product: [W_a; W_b] (n + 2, C)
+            projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight]).float()
+            gates = torch.tanh(normed @ projection.t())
+            read_mix, write_gate = gates[..., :-1] * self.read_mix_scale.float(), gates[..., -1]
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]
-            write_gate = torch.tanh(normed @ self.dynamic_write.weight.float().t())[..., 0]
             write = write + self.write_scale.float() * write_gate
         return read, mix, write

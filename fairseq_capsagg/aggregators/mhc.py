@@ -43,6 +43,7 @@ class ManifoldHyperConnections(StreamConnection):
         self.sinkhorn_kernel = sinkhorn_kernel
         n = num_streams
         self.register_buffer("home", torch.nn.functional.one_hot(torch.tensor(home), n).float(), persistent=False)
+        self.register_buffer("identity", torch.eye(n), persistent=False)
         pre = torch.full((n,), PRE_LOGITS[1])
         pre[home] = PRE_LOGITS[0]
         self.pre_logits = nn.Parameter(pre)
@@ -99,5 +100,4 @@ class ManifoldHyperConnections(StreamConnection):
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         pre, post, res = self.constrained(streams)
         gate = self.gate_value()
-        identity = torch.eye(self.num_streams, device=streams.device)
-        return self.home + gate * (pre - self.home), identity + gate * (res - identity), 1 + gate * (post - 1)
+        return self.home + gate * (pre - self.home), self.identity + gate * (res - self.identity), 1 + gate * (post - 1)
