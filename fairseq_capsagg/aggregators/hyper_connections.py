@@ -27,8 +27,9 @@ class HyperConnections(StreamConnection):
     family = "hc"
     label = "Hyper-connections"
 
-    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
-        super().__init__(embed_dim, num_streams, home, dynamic, last)
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
+                 kernels: str = "fused"):
+        super().__init__(embed_dim, num_streams, home, dynamic, last, kernels)
         read = torch.zeros(num_streams)
         read[home] = 1.0
         self.static_read = nn.Parameter(read)

@@ -1,7 +1,7 @@
 """Manifold-constrained hyper-connections, mHC (DeepSeek-AI, "mHC: Manifold-Constrained Hyper-Connections",
 2025)."""
 
-from typing import Dict, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor, nn
@@ -38,9 +38,8 @@ class ManifoldHyperConnections(StreamConnection):
     label = "mHC"
 
     def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
-                 sinkhorn_kernel: str = "fused"):
-        super().__init__(embed_dim, num_streams, home, dynamic, last)
-        self.sinkhorn_kernel = sinkhorn_kernel
+                 kernels: str = "fused"):
+        super().__init__(embed_dim, num_streams, home, dynamic, last, kernels)
         n = num_streams
         self.register_buffer("home", torch.nn.functional.one_hot(torch.tensor(home), n).float(), persistent=False)
         self.register_buffer("identity", torch.eye(n), persistent=False)
@@ -56,10 +55,6 @@ class ManifoldHyperConnections(StreamConnection):
             self.phi = nn.Linear(n * embed_dim, 2 * n + n * n, bias=False)
             nn.init.zeros_(self.phi.weight)
             self.alpha = nn.Parameter(torch.full((3,), 0.01))  # pre, post, res
-
-    @classmethod
-    def connection_kwargs(cls, settings: StreamSettings) -> Dict[str, object]:
-        return {"sinkhorn_kernel": settings.sinkhorn_kernel}
 
     @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: StreamSettings) -> float:
@@ -94,7 +89,7 @@ class ManifoldHyperConnections(StreamConnection):
     def constrained(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """The paper's H_pre, H_post and H_res (the latter as mixing rows: stream i into stream j)."""
         pre, post, res = self.logits(streams)
-        doubly_stochastic = sinkhorn(res, kernel=self.sinkhorn_kernel)
+        doubly_stochastic = sinkhorn(res, kernel=self.kernels)
         return torch.sigmoid(pre), 2 * torch.sigmoid(post), doubly_stochastic.transpose(-1, -2)
 
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:

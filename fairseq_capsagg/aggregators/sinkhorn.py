@@ -1,25 +1,22 @@
-"""Sinkhorn-Knopp for mHC's H_res: the eager loop (the reference), one fused operator, or torch.compile.
+"""Sinkhorn-Knopp for mHC's H_res: the eager loop (the reference) or one fused operator each way.
 
-``--sinkhorn-kernel`` picks the implementation; all three compute the same matrices and gradients:
+``--stream-kernels`` picks the implementation; both compute the same matrices and gradients:
 
-* ``fused`` (default): one operator each way, ``capsagg::sinkhorn`` and its backward; on CUDA with Triton
-  one kernel each (:mod:`.sinkhorn_triton`), elsewhere the eager loop inside the operator;
+* ``fused`` (default): ``capsagg::sinkhorn`` and its backward; on CUDA with Triton one kernel each
+  (:mod:`.sinkhorn_triton`), elsewhere the eager loop (and :func:`reference_backward`) inside the operator;
 * ``eager``: the loop of :func:`sinkhorn_reference`, 2T log-sum-exps of small tensors (hundreds of kernels a
-  block on a GPU);
-* ``compiled``: that loop through ``torch.compile``.
+  block on a GPU).
 """
 
-import functools
-import importlib.util
-from typing import Callable, Tuple
+from typing import Tuple
 
 import torch
 from torch import Tensor
 
+from .fused import triton_kernels
+
 #: Sinkhorn-Knopp iterations of H_res (the paper's).
 SINKHORN_ITERATIONS = 20
-#: The implementations of ``--sinkhorn-kernel``.
-KERNELS = ("fused", "eager", "compiled")
 
 
 def sinkhorn_reference(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
@@ -56,24 +53,11 @@ def reference_backward(logits: Tensor, grad: Tensor, iterations: int = SINKHORN_
     return g.permute(2, 0, 1).contiguous()
 
 
-@functools.cache
-def _triton_kernels():
-    """:mod:`.sinkhorn_triton` where Triton is installed, else None."""
-    if importlib.util.find_spec("triton") is None:
-        return None
-    from . import sinkhorn_triton
-
-    return sinkhorn_triton
-
-
-def _on_triton(logits: Tensor) -> bool:
-    return logits.is_cuda and _triton_kernels() is not None
-
-
 @torch.library.custom_op("capsagg::sinkhorn", mutates_args=())
 def _fused(logits: Tensor, iterations: int) -> Tensor:
-    if _on_triton(logits):
-        return _triton_kernels().forward(logits, iterations)
+    kernels = triton_kernels("sinkhorn_triton", logits)
+    if kernels is not None:
+        return kernels.forward(logits, iterations)
     return sinkhorn_reference(logits, iterations)
 
 
@@ -84,8 +68,9 @@ def _(logits: Tensor, iterations: int) -> Tensor:
 
 @torch.library.custom_op("capsagg::sinkhorn_backward", mutates_args=())
 def _fused_backward(logits: Tensor, grad: Tensor, iterations: int) -> Tensor:
-    if _on_triton(logits):
-        return _triton_kernels().backward(logits, grad, iterations)
+    kernels = triton_kernels("sinkhorn_triton", logits)
+    if kernels is not None:
+        return kernels.backward(logits, grad, iterations)
     return reference_backward(logits, grad, iterations)
 
 
@@ -115,16 +100,6 @@ def sinkhorn_fused(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Ten
         return _fused(flat, iterations).view(shape)
 
 
-@functools.cache
-def _compiled() -> Callable[[Tensor, int], Tensor]:
-    """:func:`sinkhorn_reference` through ``torch.compile`` (made once, shapes dynamic)."""
-    return torch.compile(sinkhorn_reference, dynamic=True)
-
-
 def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "fused") -> Tensor:
-    """Sinkhorn-Knopp by the implementation ``kernel`` (one of :data:`KERNELS`; the same values)."""
-    if kernel == "fused":
-        return sinkhorn_fused(logits, iterations)
-    if kernel == "compiled":
-        return _compiled()(logits, iterations)
-    return sinkhorn_reference(logits, iterations)
+    """Sinkhorn-Knopp by the implementation ``kernel`` (``fused`` or ``eager``; the same values)."""
+    return sinkhorn_fused(logits, iterations) if kernel == "fused" else sinkhorn_reference(logits, iterations)

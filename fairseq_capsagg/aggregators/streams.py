@@ -19,7 +19,8 @@ from torch import Tensor, nn
 
 from .base import LayerAggregator
 from .settings import Settings, setting
-from .sinkhorn import KERNELS
+from .fused import KERNELS
+from .stream_write import stream_write
 
 
 @dataclass
@@ -31,10 +32,10 @@ class StreamSettings(Settings):
     stream_weights: str = setting(
         "dynamic", "hyper-connections, mHC: static weights only, or static plus weights computed from the streams at "
                    "each position (dynamic, the papers')", choices=("static", "dynamic"))
-    sinkhorn_kernel: str = setting(
-        "fused", "mHC: Sinkhorn-Knopp as one operator each way (fused: one Triton kernel on CUDA, the eager loop "
-                 "elsewhere), as the eager loop of 2T log-sum-exps (eager, the reference: hundreds of tiny kernels "
-                 "a block on a GPU), or that loop through torch.compile (compiled); the same values",
+    stream_kernels: str = setting(
+        "fused", "hyper-connections, mHC: the streams' write and mHC's Sinkhorn-Knopp as one operator each way "
+                 "(fused: one Triton kernel each on CUDA, the eager reference inside the operator elsewhere) or as "
+                 "the eager references (eager: tens of kernels a block, hundreds for Sinkhorn); the same values",
         choices=KERNELS)
 
 
@@ -64,13 +65,15 @@ class StreamConnection(LayerAggregator):
 
     @classmethod
     def connection_kwargs(cls, settings: StreamSettings) -> Dict[str, object]:
-        """The constructor's keyword arguments of one family's own settings (none here)."""
-        return {}
+        """The constructor's keyword arguments of the settings every stream family reads."""
+        return {"kernels": settings.stream_kernels}
 
-    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True):
+    def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
+                 kernels: str = "fused"):
         super().__init__(embed_dim, 1)
         self.num_streams = num_streams
         self.dynamic = dynamic
+        self.kernels = kernels
         if last:  # the stack's readout, sum_i readout_i H_i, after every block (its output after the top one)
             readout = torch.zeros(num_streams)
             readout[0] = 1.0
@@ -92,11 +95,8 @@ class StreamConnection(LayerAggregator):
 
     def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor, Tensor], block_input: Tensor,
               block_output: Tensor) -> Tensor:
-        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C)."""
-        _, mix, out = (w.to(streams.dtype) for w in weights)
-        mixed = torch.einsum("ij,tbic->tbjc" if mix.dim() == 2 else "tbij,tbic->tbjc", mix, streams)
-        kept = mixed - out.unsqueeze(-1) * block_input.unsqueeze(-2)
-        return out.unsqueeze(-1) * block_output.unsqueeze(-2) + kept
+        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C) (:mod:`.stream_write`)."""
+        return stream_write(streams, weights[1], weights[2], block_input, block_output, self.kernels)
 
     def output(self, streams: Tensor) -> Tensor:
         """The stack's state, sum_i readout_i H_i, (T, B, C) (the top block's connection holds the readout)."""

@@ -31,12 +31,13 @@ def test_speed_benchmark_writes_ratios(tmp_path):
 
 def test_count_only_writes_operators_per_step_under_its_name(tmp_path):
     """--count-only: no timing, the operators per training and decoding step against the baseline's, in seconds;
-    mHC's Sinkhorn fused counts one operator each way where the eager loop launches hundreds a block."""
+    mHC's fused write and Sinkhorn count one operator each way where the eager references launch hundreds a
+    block."""
     common = [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "--count-only", "--shapes", "small",
               "--systems", "baseline", "mhc", "--tokens", "64", "--length", "8", "--decode-sentences", "2",
               "--vocab", "500", "--output-dir", str(tmp_path)]
     for name, kernel in (("fused", "fused"), ("eager", "eager")):
-        result = subprocess.run([*common, "--name", name, f"--model-args=--sinkhorn-kernel {kernel}"],
+        result = subprocess.run([*common, "--name", name, f"--model-args=--stream-kernels {kernel}"],
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
     fused, eager = (json.loads((tmp_path / f"{name}.json").read_text())["rows"] for name in ("fused", "eager"))
