@@ -5,7 +5,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .normalisation import rms_normalise
+from .norm_linear import norm_linear
 from .registry import register_aggregator
 from .streams import StreamConnection, StreamSettings
 
@@ -60,10 +60,9 @@ class HyperConnections(StreamConnection):
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         read, mix, write = self.static_read.float(), self.static_mix.float(), self.static_write.float()
         if self.dynamic:
-            normed = rms_normalise(streams)  # (T, B, n, C) fp32
-            # both projections in one product: [W_a; W_b] (n + 2, C)
-            projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight]).float()
-            gates = torch.tanh(normed @ projection.t())
+            # both projections of the normalised streams in one product: [W_a; W_b] (n + 2, C)
+            projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight])
+            gates = norm_linear(streams, projection, tanh=True, kernel=self.kernels)  # (T, B, n, n + 2) fp32
             read_mix, write_gate = gates[..., :-1] * self.read_mix_scale.float(), gates[..., -1]
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]

@@ -6,7 +6,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
-from .normalisation import rms_normalise
+from .norm_linear import norm_linear
 from .registry import register_aggregator
 from .sinkhorn import SINKHORN_ITERATIONS, sinkhorn
 from .streams import StreamConnection, StreamSettings
@@ -79,7 +79,7 @@ class ManifoldHyperConnections(StreamConnection):
         n = self.num_streams
         pre, post, res = self.pre_logits.float(), self.post_logits.float(), self.res_logits.float()
         if self.dynamic:
-            dynamic = rms_normalise(streams.flatten(-2)) @ self.phi.weight.float().t()
+            dynamic = norm_linear(streams.flatten(-2), self.phi.weight, tanh=False, kernel=self.kernels)
             alpha = self.alpha.float()
             pre = pre + alpha[0] * dynamic[..., :n]
             post = post + alpha[1] * dynamic[..., n:2 * n]

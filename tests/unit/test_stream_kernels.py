@@ -1,11 +1,12 @@
-"""--stream-kernels: the residual streams' write and mHC's Sinkhorn-Knopp as fused operators compute what their
-eager references do, values and gradients, alone and in hyper-connections and mHC models (on the CPU the fused
+"""--stream-kernels: the residual streams' dynamic weights (act(RMSNorm(x) W^T)), their write and mHC's
+Sinkhorn-Knopp as fused operators compute what their eager references do, values and gradients, alone and in hyper-connections and mHC models (on the CPU the fused
 operators run the references inside; their Triton kernels are tests/unit/test_triton_kernels.py's)."""
 
 import pytest
 import torch
 
 from fairseq_capsagg.aggregators import HyperConnections, ManifoldHyperConnections, sinkhorn
+from fairseq_capsagg.aggregators.norm_linear import norm_linear
 from fairseq_capsagg.aggregators.stream_write import stream_write
 from helpers import build_tiny_model, random_tokens
 
@@ -43,6 +44,25 @@ def test_the_fused_write_equals_the_reference_with_every_gradient(per_position):
     torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
     for fused, eager in zip(results["fused"][1], results["eager"][1]):
         torch.testing.assert_close(fused, eager, **TOLERANCE)
+
+
+@pytest.mark.parametrize("tanh", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_dynamic_weights_equal_the_reference_with_their_gradients(tanh, dtype):
+    generator = torch.Generator().manual_seed(7)
+    x = (3 * torch.randn(5, 2, 4, 12, generator=generator)).to(dtype)
+    weight = torch.randn(6, 12, generator=generator)
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        out = norm_linear(*leaves, tanh=tanh, kernel=kernel)
+        out.backward(torch.cos(out.detach()))
+        results[kernel] = out.detach(), [leaf.grad for leaf in leaves]
+    assert results["fused"][0].dtype == torch.float32 and results["fused"][0].shape == (5, 2, 4, 6)
+    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+    for fused, eager in zip(results["fused"][1], results["eager"][1]):
+        assert fused.dtype == eager.dtype
+        torch.testing.assert_close(fused.float(), eager.float(), rtol=1e-4, atol=1e-5)
 
 
 def test_the_fused_write_keeps_the_identity_start_exact():

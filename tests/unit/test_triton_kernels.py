@@ -9,8 +9,10 @@ import torch
 
 pytest.importorskip("triton")
 
-from fairseq_capsagg.aggregators import sinkhorn_triton, stream_write_triton  # noqa: E402 (need Triton)
+from fairseq_capsagg.aggregators import norm_linear_triton, sinkhorn_triton, stream_write_triton  # noqa: E402
 from fairseq_capsagg.aggregators.fused import triton_kernels  # noqa: E402
+from fairseq_capsagg.aggregators.norm_linear import norm_linear_reference  # noqa: E402
+from fairseq_capsagg.aggregators.normalisation import RMS_EPS  # noqa: E402
 from fairseq_capsagg.aggregators.sinkhorn import sinkhorn_reference  # noqa: E402
 from fairseq_capsagg.aggregators.stream_write import write_reference  # noqa: E402
 
@@ -74,3 +76,19 @@ def test_the_write_kernel_keeps_the_identity_start_exact():
     streams = h.unsqueeze(1).expand(6, 4, 16).contiguous()
     mix, write = torch.eye(4).expand(6, 4, 4).contiguous().to(DEVICE), torch.ones(6, 4).to(DEVICE)
     assert torch.equal(stream_write_triton.forward(streams, mix, write, h, y), y.unsqueeze(1).expand(6, 4, 16))
+
+
+@pytest.mark.parametrize("rows,width,outputs,tanh", [(37, 70, 6, True), (5, 130, 24, False),
+                                                     (norm_linear_triton.BLOCK_R, 64, 1, True)])
+def test_the_dynamic_weight_kernels_compute_the_references_projection_and_gradients(rows, width, outputs, tanh):
+    generator = torch.Generator().manual_seed(rows + width)
+    x = (2 * torch.randn(rows, width, generator=generator)).to(DEVICE).requires_grad_()
+    weight = torch.randn(outputs, width, generator=generator).to(DEVICE).requires_grad_()
+    grad = torch.randn(rows, outputs, generator=generator).to(DEVICE)
+    expected = norm_linear_reference(x, weight, tanh)
+    expected_grads = torch.autograd.grad(expected, (x, weight), grad)
+    got = norm_linear_triton.forward(x.detach(), weight.detach(), RMS_EPS, tanh)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+    for got_grad, want in zip(norm_linear_triton.backward(grad, x.detach(), weight.detach(), got, RMS_EPS, tanh),
+                              expected_grads):
+        torch.testing.assert_close(got_grad, want, rtol=1e-5, atol=2e-5)
