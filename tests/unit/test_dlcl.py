@@ -60,3 +60,18 @@ def test_between_blocks_matches_a_loop_over_the_blocks(norm):
         expected = encoder.layer_norm(x) if encoder.layer_norm is not None else x
     real = ~padding_mask.t()
     torch.testing.assert_close(got[real], expected[real], rtol=1e-4, atol=1e-5)
+
+
+def test_between_blocks_each_output_is_normalised_once_a_pass():
+    """Connection l reads l + 1 outputs, but each LayerNorm runs once per forward pass (L + 1 in all, not
+    (L + 1)(L + 2)/2 - 1), and a second pass normalises its own outputs again."""
+    model, dictionary = build_tiny_model("transformer_dlcl_base", NORMS["pre-norm"])
+    encoder = model.encoder
+    calls = []
+    for norm in encoder.dense_connections.connections[-1].norms:
+        norm.register_forward_hook(lambda module, args, out: calls.append(module))
+    first, _, _ = encoder_and_embedding(encoder, dictionary)
+    assert len(calls) == len(encoder.layers) + 1 and len(set(map(id, calls))) == len(calls)
+    second, _, _ = encoder_and_embedding(encoder, dictionary)
+    assert len(calls) == 2 * (len(encoder.layers) + 1)
+    torch.testing.assert_close(second, first, rtol=0, atol=0)
