@@ -50,7 +50,10 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
 
 
 def _span(pair: Optional[Sequence[float]]) -> str:
-    return "–" if pair is None else f"{pair[0]:.2f}" if abs(pair[0] - pair[1]) < 0.005 else f"{pair[0]:.2f}-{pair[1]:.2f}"
+    if pair is None:
+        return "–"
+    low, high = f"{pair[0]:.2f}", f"{pair[1]:.2f}"
+    return low if low == high else f"{low}-{high}"
 
 
 def _verdict(value: Optional[bool]) -> str:
@@ -58,11 +61,15 @@ def _verdict(value: Optional[bool]) -> str:
 
 
 def format_tables(rows: List[Row], results: Results, table: Dict[str, object], caption: str) -> str:
+    """The caption, then :func:`format_body`."""
+    return f"{caption}\n\n" + format_body(rows, results, table)
+
+
+def format_body(rows: List[Row], results: Results, table: Dict[str, object]) -> str:
     """The table per row and checkpoint, then the rows' test scores at their last update."""
     band = {int(u): b for u, b in table["noise_band"].items()}
     runs = " / ".join(f"`{name}`" for name in table["references"])
-    out = [caption, "",
-           f"Transformer runs placed on: {runs}. Ratio: the runs' updates to reach the row's validation loss over the "
+    out = [f"Transformer runs placed on: {runs}. Ratio: the runs' updates to reach the row's validation loss over the "
            "row's updates (lowest-highest over the runs); in seconds, times the row's training speed over the "
            "Transformer's. Noise: the Transformer's runs placed on each other's curves. Faster: the ratio against "
            "every run above the noise.", "",

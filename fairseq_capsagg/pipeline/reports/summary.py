@@ -7,8 +7,9 @@ Every path is an argument (``make tables`` passes the published ones)::
     python -m fairseq_capsagg.pipeline.reports.summary glance --one-epoch T.json ... --converged C.json ... \
         --equivalence E.json [--write README.md]
     python -m fairseq_capsagg.pipeline.reports.summary converged-runs --converged C.json ... [--write docs/results.md]
+    python -m fairseq_capsagg.pipeline.reports.summary equivalence --equivalence E.json [--write docs/results.md]
 
-``--write PAGE`` replaces the page's ``<!-- glance:begin/end -->`` (``converged-runs``) block.
+``--write PAGE`` replaces the page's ``<!-- glance:begin/end -->`` (``converged-runs``, ``equivalence``) block.
 """
 
 import argparse
@@ -19,6 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ...analysis.scoring import significance_mark
 from ...tools.markdown_block import write_block
 from .. import equivalence, fairseq_runs
+from ..rows import Row
+from .equivalence_report import format_body
 
 Table = Dict[str, object]
 #: The one-epoch ablations kept as methods: EM routing on the encoder only was continued from the converged
@@ -104,8 +107,9 @@ def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
             continue
         last = points[-1]
         low, high = last["updates_ratio"]
+        span = f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
         verdict = {True: ", above", False: ", within", None: ""}[equivalence.faster(last, band)]
-        cells[(row["system"], "")] = f"{low:.2f}-{high:.2f}{verdict}"
+        cells[(row["system"], "")] = f"{span}{verdict}"
     return cells
 
 
@@ -174,18 +178,29 @@ def converged_runs_table(converged: Sequence[Path]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def equivalence_table(equivalence_json: Path) -> str:
+    """The published compute-equivalence table without its caption: every point of every measured row, the rows
+    not measured once, the test scores."""
+    payload = read([equivalence_json])[0][1]
+    rows = [Row(**{**row, "flags": tuple(row["flags"])}) for row in payload["rows"]]
+    return format_body(rows, payload["results"], payload["compute_equivalence"])
+
+
 def cli_main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(prog="summary", description=__doc__.splitlines()[0])
-    parser.add_argument("table", choices=("glance", "converged-runs"))
+    parser.add_argument("table", choices=("glance", "converged-runs", "equivalence"))
     parser.add_argument("--one-epoch", type=Path, nargs="+", default=[], help="published one-epoch tables (JSON)")
-    parser.add_argument("--converged", type=Path, nargs="+", required=True, help="published converged tables (JSON)")
+    parser.add_argument("--converged", type=Path, nargs="+", default=[], help="published converged tables (JSON)")
     parser.add_argument("--equivalence", type=Path, default=None, help="the published compute-equivalence JSON")
     parser.add_argument("--write", type=Path, default=None, help="replace the table's block in this Markdown page")
     args = parser.parse_args(argv)
-    if args.table == "glance" and not args.one_epoch:
-        parser.error("--one-epoch: required for the glance table")
+    needs = {"glance": ("one_epoch", "converged"), "converged-runs": ("converged",), "equivalence": ("equivalence",)}
+    missing = [name for name in needs[args.table] if not getattr(args, name)]
+    if missing:
+        parser.error(f"--{missing[0].replace('_', '-')}: required for the {args.table} table")
     text = (glance_table(args.one_epoch, args.converged, args.equivalence) if args.table == "glance"
-            else converged_runs_table(args.converged))
+            else converged_runs_table(args.converged) if args.table == "converged-runs"
+            else equivalence_table(args.equivalence))
     if args.write:
         write_block(args.write, args.table, text)
     else:
