@@ -35,6 +35,11 @@ class Row:
     max_update: int = 0  # its own --max-update (equal wall-clock rows); 0: its protocol's
 
 
+def published_rows(payload: Dict[str, object]) -> List[Row]:
+    """The rows a published table's JSON lists, as its driver held them."""
+    return [Row(**{**row, "flags": tuple(row["flags"])}) for row in payload["rows"]]
+
+
 def compare(rows: List[Row], results: Dict[str, Dict[str, object]], hyp_file: Callable[[str], Path], raw_refs,
             num_test, tokenize: str = BLEU.TOKENIZER_DEFAULT, details: bool = True) -> None:
     """Adds delta BLEU, paired bootstrap p and the sign test against each row's reference (hypotheses of

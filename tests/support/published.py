@@ -2,15 +2,10 @@
 
 import argparse
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 from fairseq_capsagg.pipeline.reports import converged_report, report, table1_report
-from fairseq_capsagg.pipeline.rows import Row
-
-
-def published_rows(payload: Dict[str, object]) -> List[Row]:
-    """The rows a published JSON lists, as the driver held them."""
-    return [Row(**{**row, "flags": tuple(row["flags"])}) for row in payload["rows"]]
+from fairseq_capsagg.pipeline.rows import published_rows
 
 
 def table1_table(payload: Dict[str, object], table: str) -> str:

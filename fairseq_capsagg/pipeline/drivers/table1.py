@@ -45,7 +45,6 @@ the ones not trained yet as pending.
 """
 
 import argparse
-import json
 import os
 import sys
 from dataclasses import asdict
@@ -56,8 +55,7 @@ from sacrebleu.metrics import BLEU
 
 from ...analysis import scoring
 from .. import corpus as corpus_mod
-from .. import fairseq_runs, provenance, stage_names
-from .. import equivalence
+from .. import equivalence, fairseq_runs, provenance, stage_names
 from ..data import prepare_data, references, unpack_corpus
 from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from ..reports import converged_report, equivalence_report, publish, report
@@ -66,7 +64,8 @@ from ..rows import Row, compare, hypothesis_file, score_row, tune_row
 from ..subwords import VocabularyTooSmall
 from ..warm_starts import step0_losses
 from . import converged
-from .table1_rows import EQUIVALENCE_SYSTEMS, equivalence_rows, peer_rows, read_speed_ratios, table_rows
+from .table1_rows import (EQUIVALENCE_SYSTEMS, equivalence_rows, measured_speed_ratios, peer_rows, read_speed_ratios,
+                          table_rows)
 
 #: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
 #: :data:`~.corpus.DEFAULT_PAIR`), in sentencepiece subwords.
@@ -123,22 +122,25 @@ def rows_of(args: argparse.Namespace) -> List[Row]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="table1", description=__doc__.splitlines()[0])
     p.add_argument("--workdir", type=Path, default=None,
-                   help="default runs/table1 (the paper's table and the peers, which share rows), runs/converged; "
-                        "for another pair than en-de suffixed with it (runs/converged-zhen)")
+                   help="default runs/table1 (the paper's table and the peers, which share rows), runs/converged, "
+                        "runs/compute-equivalence; for another pair than en-de suffixed with it (runs/converged-zhen)")
     languages = sorted({lang for pair in corpus_mod.BUNDLED for lang in pair})
     p.add_argument("--source-lang", choices=languages, default=PAIR[0],
                    help=f"source language, a pair with a bundled corpus ({bundled_pairs()}; default {PAIR[0]})")
     p.add_argument("--target-lang", choices=languages, default=PAIR[1], help=f"target language (default {PAIR[1]})")
     p.add_argument("--table", choices=tuple(TABLES), default="paper",
-                   help="the paper's Table 1, routing against its peers (rows from scratch are shared), or the "
-                        "converged comparison (fairseq_capsagg/pipeline/converged.py)")
+                   help="the paper's Table 1, routing against its peers (rows from scratch are shared), the "
+                        "converged comparison (fairseq_capsagg/pipeline/drivers/converged.py), or compute-equivalence "
+                        "from scratch (fairseq_capsagg/pipeline/equivalence.py)")
     p.add_argument("--systems", default=None,
                    help=f"comma-separated, from {','.join(fairseq_runs.systems())} (default: the paper's "
                         f"{','.join(fairseq_runs.paper_systems())}; with --table peers: baseline,emrouting,"
                         f"{','.join(fairseq_runs.peer_systems())}; with --table converged: "
-                        f"{','.join(converged.default_systems())})")
+                        f"{','.join(converged.default_systems())}; with --table compute-equivalence: "
+                        f"{','.join(EQUIVALENCE_SYSTEMS)})")
     p.add_argument("--speed-json", type=Path, default=Path("benchmarks/results/speed.json"),
-                   help="--table peers: training-speed ratios that fix the updates of the equal wall-clock rows")
+                   help="--table peers: training-speed ratios that fix the updates of the equal wall-clock rows; "
+                        "--table compute-equivalence: those that turn its ratios in updates into seconds")
     p.add_argument("--second-seed", default=None,
                    help="systems also trained with seed 2 ('' for none; with --table converged from scratch and, "
                         "where the paper's protocol continues them, continued; default: "
@@ -265,15 +267,6 @@ def check_table(args: argparse.Namespace) -> None:
     unknown = [r for r in args.rows if r not in names]
     if unknown:
         raise ValueError(f"--rows: unknown {unknown}; choose from {', '.join(names)}")
-
-
-def measured_speed_ratios(path: Path, shape: str) -> Dict[str, float]:
-    """The training-speed ratios at ``shape`` that ``path`` (``benchmarks/speed.py``'s JSON) holds, for as many
-    systems as it measured (a row without one has no ratio in seconds); none without the file."""
-    if not path.is_file():
-        return {}
-    rows = json.loads(path.read_text())["rows"]
-    return {r["system"]: r["train_tokens_per_s_ratio"] for r in rows if r["shape"] == shape}
 
 
 def config_of(args: argparse.Namespace) -> Dict[str, object]:

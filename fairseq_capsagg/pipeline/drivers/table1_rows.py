@@ -71,17 +71,26 @@ def equivalence_rows(systems: Sequence[str]) -> List[Row]:
     return [Row(f"scratch-{s}-s1", s, "converged", 1, "scratch-baseline-s1") for s in ordered]
 
 
+def measured_speed_ratios(path: Path, shape: str) -> Dict[str, float]:
+    """The training-speed ratio to the baseline at ``shape`` of every system ``path`` (``benchmarks/speed.py``'s
+    JSON) measured; none without the file."""
+    if not path.is_file():
+        return {}
+    return {r["system"]: r["train_tokens_per_s_ratio"] for r in json.loads(path.read_text())["rows"]
+            if r["shape"] == shape}
+
+
 def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, float]:
-    """Training-speed ratio to the baseline of each system at ``shape``, from ``benchmarks/speed.py``'s JSON.
+    """:func:`measured_speed_ratios` of ``systems``, every one of them required.
 
     Raises:
         ValueError: the file is missing or lacks a system.
     """
     if not path.is_file():
         raise ValueError(f"--speed-json: {path} does not exist; run python benchmarks/speed.py --shapes {shape}")
-    rows = {r["system"]: r for r in json.loads(path.read_text())["rows"] if r["shape"] == shape}
-    missing = [s for s in systems if s not in rows]
+    ratios = measured_speed_ratios(path, shape)
+    missing = [s for s in systems if s not in ratios]
     if missing:
         raise ValueError(f"--speed-json: {path} has no {shape} row for {', '.join(missing)}; run python "
                          f"benchmarks/speed.py --shapes {shape} --systems baseline {' '.join(missing)}")
-    return {s: rows[s]["train_tokens_per_s_ratio"] for s in systems}
+    return {s: ratios[s] for s in systems}

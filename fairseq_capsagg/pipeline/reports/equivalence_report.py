@@ -49,7 +49,8 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
     return out
 
 
-def _span(pair: Optional[Sequence[float]]) -> str:
+def span(pair: Optional[Sequence[float]]) -> str:
+    """``1.23`` or ``1.32-1.34``: a ratio's lowest and highest over the Transformer runs; "–" without one."""
     if pair is None:
         return "–"
     low, high = f"{pair[0]:.2f}", f"{pair[1]:.2f}"
@@ -83,9 +84,9 @@ def format_body(rows: List[Row], results: Results, table: Dict[str, object]) -> 
         for point in table["rows"][row.name]:
             loss = "–" if point["loss"] is None else f"{point['loss']:.3f}"
             reached = " / ".join("never" if u is None else f"{u:,.0f}" for u in point["reference_updates"].values())
-            noise = _span(band.get(point["update"]))
+            noise = span(band.get(point["update"]))
             out.append(f"| {row.name} | {fairseq_runs.label(row.system)} | {point['update']:,} | {loss} | {reached} "
-                       f"| {_span(point['updates_ratio'])} | {_span(point['seconds_ratio'])} | {noise} "
+                       f"| {span(point['updates_ratio'])} | {span(point['seconds_ratio'])} | {noise} "
                        f"| {_verdict(point['faster'])} |")
     out += ["", "Test split at the last update (best checkpoint, beam search):", "",
             "| row | updates | best valid loss | BLEU | chrF | length ratio | last 5 averaged: BLEU |",

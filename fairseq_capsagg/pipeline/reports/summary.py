@@ -20,8 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from ...analysis.scoring import significance_mark
 from ...tools.markdown_block import write_block
 from .. import equivalence, fairseq_runs
-from ..rows import Row
-from .equivalence_report import format_body
+from ..rows import published_rows
+from .equivalence_report import format_body, span
 
 Table = Dict[str, object]
 #: The one-epoch ablations kept as methods: EM routing on the encoder only was continued from the converged
@@ -106,10 +106,8 @@ def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
         if not points or points[-1]["updates_ratio"] is None:
             continue
         last = points[-1]
-        low, high = last["updates_ratio"]
-        span = f"{low:.2f}" if f"{low:.2f}" == f"{high:.2f}" else f"{low:.2f}-{high:.2f}"
         verdict = {True: ", above", False: ", within", None: ""}[equivalence.faster(last, band)]
-        cells[(row["system"], "")] = f"{span}{verdict}"
+        cells[(row["system"], "")] = span(last["updates_ratio"]) + verdict
     return cells
 
 
@@ -182,8 +180,7 @@ def equivalence_table(equivalence_json: Path) -> str:
     """The published compute-equivalence table without its caption: every point of every measured row, the rows
     not measured once, the test scores."""
     payload = read([equivalence_json])[0][1]
-    rows = [Row(**{**row, "flags": tuple(row["flags"])}) for row in payload["rows"]]
-    return format_body(rows, payload["results"], payload["compute_equivalence"])
+    return format_body(published_rows(payload), payload["results"], payload["compute_equivalence"])
 
 
 def cli_main(argv: Optional[List[str]] = None) -> None:
