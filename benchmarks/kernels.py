@@ -1,10 +1,11 @@
-"""Operators dispatched per training step and per incremental decoding step: the CPU's proxy for kernel launches.
+"""Kernels launched per training step and per incremental decoding step: the CPU's proxy for a GPU's launches.
 
-Every ATen operator a step dispatches is one kernel launch on a GPU (views and other metadata-only operators
-excepted, which are few and equal across the families); where the arithmetic is small, as in a `base` model in
-bf16, launches and their Python overhead bound the step's time. Counted with a ``TorchDispatchMode`` on any
-device, so a change that adds or removes launches shows without a GPU. A fused operator (one
-``torch.library`` custom op, a Triton kernel on CUDA) counts once.
+Every ATen operator a step dispatches launches one kernel on a GPU, but for those that only make a new view of
+their input (``OpOverload.is_view``, and ``_unsafe_view``) or only allocate; where the arithmetic is small, as in
+a `base` model in bf16, launches and their Python overhead bound the step's time. Counted with a
+``TorchDispatchMode`` on any device, so a change that adds or removes launches shows without a GPU. A fused
+operator (one ``torch.library`` custom op, a Triton kernel on CUDA) counts once. The training step runs under
+:func:`~fairseq_capsagg.aggregators.base.gpu_checks_only`, so the CPU runs what a GPU runs.
 """
 
 import collections
@@ -13,16 +14,28 @@ from typing import Counter, Dict
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from fairseq_capsagg.aggregators.base import gpu_checks_only
 
-class OperatorCounter(TorchDispatchMode):
-    """Counts the ATen operators dispatched while it is active, by name."""
+#: Operators that are no view by their schema but launch no kernel either.
+NO_KERNEL = frozenset({"aten::_unsafe_view", "aten::empty", "aten::empty_like", "aten::empty_strided",
+                       "aten::new_empty", "aten::new_empty_strided", "aten::lift_fresh"})
+
+
+def launches_kernel(func: torch._ops.OpOverload) -> bool:
+    """Whether ``func`` launches a kernel on a GPU."""
+    return not func.is_view and func.overloadpacket._qualified_op_name not in NO_KERNEL
+
+
+class KernelCounter(TorchDispatchMode):
+    """Counts the kernel-launching operators dispatched while it is active, by name."""
 
     def __init__(self):
         super().__init__()
         self.counts: Counter[str] = collections.Counter()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.counts[str(func.overloadpacket)] += 1
+        if launches_kernel(func):
+            self.counts[str(func.overloadpacket)] += 1
         return func(*args, **(kwargs or {}))
 
     @property
@@ -30,9 +43,9 @@ class OperatorCounter(TorchDispatchMode):
         return sum(self.counts.values())
 
 
-def training_step_operators(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
-                            prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> OperatorCounter:
-    """The operators of one forward and backward pass (after one uncounted pass, which builds what is built
+def training_step_kernels(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
+                          prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> KernelCounter:
+    """The kernels of one forward and backward pass (after one uncounted pass, which builds what is built
     once)."""
     model.train()
 
@@ -42,15 +55,16 @@ def training_step_operators(model: torch.nn.Module, src: torch.Tensor, lengths: 
             logits, _ = model(src, lengths, prev)
         torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten()).backward()
 
-    step()
-    with OperatorCounter() as counter:
+    with gpu_checks_only():
         step()
+        with KernelCounter() as counter:
+            step()
     return counter
 
 
-def decoding_step_operators(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
-                            eos: int) -> OperatorCounter:
-    """The operators of the decoder's second incremental step (the first fills its caches)."""
+def decoding_step_kernels(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
+                          eos: int) -> KernelCounter:
+    """The kernels of the decoder's second incremental step (the first fills its caches)."""
     model.eval()
     with torch.no_grad():
         encoder_out = model.encoder(src, src_lengths=lengths)
@@ -58,6 +72,6 @@ def decoding_step_operators(model: torch.nn.Module, src: torch.Tensor, lengths: 
         tokens = torch.full((src.size(0), 1), eos, device=src.device)
         model.decoder(tokens, encoder_out=encoder_out, incremental_state=state)
         tokens = torch.cat([tokens, src[:, :1]], 1)
-        with OperatorCounter() as counter:
+        with KernelCounter() as counter:
             model.decoder(tokens, encoder_out=encoder_out, incremental_state=state)
     return counter

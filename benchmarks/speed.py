@@ -1,17 +1,16 @@
 #!/usr/bin/env python
-"""Training and decoding speed, peak memory and operators per step of every aggregator against the baseline.
+"""Training and decoding speed, peak memory and kernels per step of every aggregator against the baseline.
 
 Each (shape, system) runs in its own process, so peak memory is its own.
 Ratios are to the baseline measured in the same run, next to the FLOP bound
-(baseline FLOPs / (baseline + aggregator FLOPs)) and the operators dispatched
-per training step and per decoding step (kernel launches on a GPU;
-``kernels.py``). With ``--repeats N`` every system runs N times round-robin;
+(baseline FLOPs / (baseline + aggregator FLOPs)) and the kernels launched
+per training step and per decoding step (counted on any device; ``kernels.py``). With ``--repeats N`` every system runs N times round-robin;
 each ratio is the median of the N ratios to the baseline of the same round,
 with their range.
 
     python benchmarks/speed.py                   # small and base shapes on CPU
     python benchmarks/speed.py --device cuda     # on a GPU
-    python benchmarks/speed.py --count-only      # operators per step only: seconds, on any machine
+    python benchmarks/speed.py --count-only      # kernels per step only: seconds, on any machine
 """
 
 import argparse
@@ -28,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flops import Shape, aggregator_macs, flop_bound, transformer_macs  # noqa: E402
-from kernels import decoding_step_operators, training_step_operators  # noqa: E402
+from kernels import decoding_step_kernels, training_step_kernels  # noqa: E402
 
 from fairseq_capsagg.aggregators import families  # noqa: E402
 
@@ -36,7 +35,7 @@ from fairseq_capsagg.aggregators import families  # noqa: E402
 SYSTEMS = {"baseline": "none", **families()}
 SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
 #: The measurements reported as ratios to the baseline (the operator counts also with ``--count-only``).
-RATIOS = ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes", "train_operators", "decode_operators")
+RATIOS = ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes", "train_kernels", "decode_kernels")
 
 
 def measure(args) -> dict:
@@ -64,12 +63,11 @@ def measure(args) -> dict:
     tgt = torch.randint(dictionary.nspecial, len(dictionary), (bsz, args.length), generator=g).to(device)
     prev = torch.cat([torch.full((bsz, 1), dictionary.eos(), device=device), tgt[:, :-1]], 1)
     lengths = torch.full((bsz,), args.length, device=device)
-    operators = {"train_operators": training_step_operators(model, src, lengths, prev, tgt, args.bf16).total,
-                 "decode_operators": decoding_step_operators(model, src[:args.decode_sentences],
-                                                             lengths[:args.decode_sentences],
-                                                             dictionary.eos()).total}
+    kernels = {"train_kernels": training_step_kernels(model, src, lengths, prev, tgt, args.bf16).total,
+               "decode_kernels": decoding_step_kernels(model, src[:args.decode_sentences],
+                                                       lengths[:args.decode_sentences], dictionary.eos()).total}
     if args.count_only:
-        return {"params": params, **operators}
+        return {"params": params, **kernels}
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
 
     def sync():
@@ -109,7 +107,7 @@ def measure(args) -> dict:
         peak = torch.cuda.max_memory_allocated()
     else:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"params": params, **operators, "train_steps_per_s": 1 / train_seconds,
+    return {"params": params, **kernels, "train_steps_per_s": 1 / train_seconds,
             "train_tokens_per_s": bsz * args.length / train_seconds,
             "decode_sentences_per_s": dec_src.size(0) / decode_seconds, "peak_memory_bytes": peak}
 
@@ -151,28 +149,28 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
     half = "; bf16 autocast" if args.bf16 else ""
     flags = f"; model flags `{args.model_args}`" if args.model_args else ""
     lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
-             f"{rank}{flags}{spread}. Operators: ATen operators dispatched per training step (forward and backward) "
-             "and per incremental decoding step, kernel launches on a GPU.", ""]
+             f"{rank}{flags}{spread}. Kernels: the kernel-launching ATen operators dispatched per training step "
+             "(forward and backward) and per incremental decoding step (benchmarks/kernels.py).", ""]
 
     def ratio(r: dict, key: str) -> str:
         low, high = r[key + "_ratio_range"]
         return f"{r[key + '_ratio']:.2f}" + (f" ({low:.2f}-{high:.2f})" if r["repeats"] > 1 else "")
 
-    operators = ("| operators per train step | ratio | operators per decode step | ratio |",
-                 lambda r: f"| {r['train_operators']} | {ratio(r, 'train_operators')} | {r['decode_operators']} "
-                           f"| {ratio(r, 'decode_operators')} |")
+    kernels = ("| kernels per train step | ratio | kernels per decode step | ratio |",
+               lambda r: f"| {r['train_kernels']} | {ratio(r, 'train_kernels')} | {r['decode_kernels']} "
+                         f"| {ratio(r, 'decode_kernels')} |")
     if args.count_only:
-        lines += ["| shape | system | params | FLOP bound " + operators[0], "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["| shape | system | params | FLOP bound " + kernels[0], "|---|---|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['flop_bound']:.2f} "
-                  + operators[1](r) for r in rows]
+                  + kernels[1](r) for r in rows]
     else:
         lines += ["| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
-                  "| decode sent/s | ratio | peak memory | ratio " + operators[0],
+                  "| decode sent/s | ratio | peak memory | ratio " + kernels[0],
                   "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
                   f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
                   f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
-                  f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} " + operators[1](r)
+                  f"| {r['peak_memory_bytes'] / 2**20:.0f} MiB | {ratio(r, 'peak_memory_bytes')} " + kernels[1](r)
                   for r in rows]
     if pending:
         lines += ["", "Pending (not measured yet, or fewer rounds than asked): " + "; ".join(pending) + "."]
@@ -199,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="benchmarks/results")
     p.add_argument("--name", default="speed", help="the tables' file name stem in --output-dir (NAME.md, NAME.json)")
     p.add_argument("--count-only", action="store_true",
-                   help="operators per training and decoding step only, no timing (any machine, seconds)")
+                   help="kernels per training and decoding step only, no timing (any machine, seconds)")
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "SYSTEM"), help=argparse.SUPPRESS)
     return p
 
@@ -224,7 +222,7 @@ def main(argv=None) -> int:
                 done = runs[(shape, system)][-1]
                 speed = "" if args.count_only else f"train {done['train_tokens_per_s']:8.0f} tok/s, "
                 print(f"[repeat {repeat + 1}/{args.repeats}] {shape:5s} {system:10s} {speed}"
-                      f"{done['train_operators']} operators per train step", flush=True)
+                      f"{done['train_kernels']} kernels per train step", flush=True)
                 write_tables(args, runs)  # after every measurement: a run cut short by a time limit keeps it
     print((Path(args.output_dir) / f"{args.name}.md").read_text(), end="")
     return 0

@@ -1,6 +1,7 @@
 """The interface every layer aggregator implements."""
 
-from typing import ClassVar, List, Optional, Tuple, Type
+import contextlib
+from typing import ClassVar, Iterator, List, Optional, Tuple, Type
 
 import torch
 from torch import Tensor, nn
@@ -12,12 +13,26 @@ class NonFiniteAggregationError(FloatingPointError):
     """An aggregator turned finite layer outputs into NaN or inf; the message names where."""
 
 
+_cpu_checks = [True]
+
+
 def checks_finite(tensor: Tensor) -> bool:
-    """Whether training checks that an aggregate of ``tensor``'s device is finite: on the CPU always; on a GPU
-    only under ``torch.autograd.set_detect_anomaly`` (the check reads the GPU's result, so it would wait for
-    every connection of every block; fairseq's loss scaler and its NaN check on the gradient norm still see a
-    non-finite step)."""
-    return tensor.device.type == "cpu" or torch.is_anomaly_enabled()
+    """Whether training checks that an aggregate of ``tensor``'s device is finite: on the CPU always (outside
+    :func:`gpu_checks_only`); on a GPU only under ``torch.autograd.set_detect_anomaly`` (the check reads the
+    GPU's result, so it would wait for every connection of every block; fairseq's loss scaler and its NaN check
+    on the gradient norm still see a non-finite step)."""
+    return (_cpu_checks[-1] and tensor.device.type == "cpu") or torch.is_anomaly_enabled()
+
+
+@contextlib.contextmanager
+def gpu_checks_only() -> Iterator[None]:
+    """Within it the CPU checks only what a GPU checks, so that a CPU runs a GPU's operators (the benchmarks'
+    kernel counts)."""
+    _cpu_checks.append(False)
+    try:
+        yield
+    finally:
+        _cpu_checks.pop()
 
 
 class LayerAggregator(nn.Module):

@@ -7,8 +7,9 @@ import torch
 from torch import Tensor, nn
 
 from .base import LayerAggregator
+from .fused import KernelSettings
 from .initialisation import xavier_uniform_per_matrix_
-from .settings import AggregationConfigError, Settings, setting
+from .settings import AggregationConfigError, setting
 
 #: Added under square roots and logarithms; routing runs in fp32, where it is exact enough.
 ROUTING_EPS = 1e-6
@@ -28,7 +29,7 @@ def squash(s: Tensor, dim: int = -1) -> Tensor:
 
 
 @dataclass
-class RoutingSettings(Settings):
+class RoutingSettings(KernelSettings):
     """Settings of both routing algorithms (Algorithms 1 and 2)."""
 
     output_capsules: Optional[int] = setting(
@@ -123,7 +124,8 @@ class CapsuleRouting(LayerAggregator):
         """The constructor's keyword arguments from the settings."""
         return {"output_capsules": settings.num_output_capsules(embed_dim), "routing_iters": settings.routing_iters,
                 "capsule_input": settings.capsule_input, "capsule_rank": settings.capsule_rank,
-                "compile_routing": settings.compile_routing, "routing_init": settings.routing_init}
+                "compile_routing": settings.compile_routing, "routing_init": settings.routing_init,
+                "kernels": settings.connection_kernels}
 
     @classmethod
     def from_settings(cls, embed_dim: int, num_layers: int, settings: RoutingSettings) -> "CapsuleRouting":
@@ -151,9 +153,11 @@ class CapsuleRouting(LayerAggregator):
         capsule_rank: int = 0,
         compile_routing: bool = False,
         routing_init: str = "random",
+        kernels: str = "fused",
     ):
         super().__init__(embed_dim, num_layers)
         self.compile_routing = compile_routing
+        self.kernels = kernels  # the iterations' implementation: fused operators or the eager loops
         self.output_capsules = output_capsules
         self.capsule_dim = embed_dim // output_capsules
         self.routing_iters = routing_iters

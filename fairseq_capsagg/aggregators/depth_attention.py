@@ -8,13 +8,15 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import LayerAggregator
-from .normalisation import RMS_EPS, rms_normalise
+from .depth_softmax import depth_softmax, depth_weights
+from .fused import KernelSettings
+from .normalisation import rms_normalise
 from .registry import register_aggregator
-from .settings import Settings, setting
+from .settings import setting
 
 
 @dataclass
-class DepthAttentionSettings(Settings):
+class DepthAttentionSettings(KernelSettings):
     depth_attention_query: str = setting(
         "static", "depth attention: one learned query per connection (static, as attention residuals) or a "
                   "query computed from the newest layer (dynamic)", choices=("static", "dynamic"))
@@ -49,7 +51,7 @@ class DepthAttention(LayerAggregator):
 
     @classmethod
     def from_settings(cls, embed_dim: int, num_layers: int, settings: DepthAttentionSettings) -> "DepthAttention":
-        return cls(embed_dim, num_layers, settings.depth_attention_query)
+        return cls(embed_dim, num_layers, settings.depth_attention_query, settings.connection_kernels)
 
     @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: DepthAttentionSettings) -> float:
@@ -57,9 +59,10 @@ class DepthAttention(LayerAggregator):
         query = embed_dim * embed_dim if settings.depth_attention_query == "dynamic" else 0
         return 3 * num_layers * embed_dim + query
 
-    def __init__(self, embed_dim: int, num_layers: int, query: str = "static"):
+    def __init__(self, embed_dim: int, num_layers: int, query: str = "static", kernels: str = "fused"):
         super().__init__(embed_dim, num_layers)
         self.query_kind = query
+        self.kernels = kernels
         if query == "static":
             self.query = nn.Parameter(torch.zeros(embed_dim))
         else:
@@ -67,33 +70,23 @@ class DepthAttention(LayerAggregator):
             nn.init.zeros_(self.query_proj.weight)
             nn.init.zeros_(self.query_proj.bias)
         self.gate = nn.Parameter(torch.zeros(()))
-        newest = torch.zeros(num_layers, 1, 1)
-        newest[-1] = 1.0
-        self.register_buffer("newest", newest, persistent=False)  # one-hot on H^L, built once
 
-    def attention(self, layers: Tensor) -> Tensor:
-        """alpha: (L, T, B) fp32 attention of each position over its L layers (stacked (L, T, B, C)).
-
-        q . RMSNorm(H^l) is computed as (q . H^l) / RMS(H^l), without the normalised keys.
-        """
-        values = layers.float()
-        inverse_rms = torch.rsqrt(values.pow(2).mean(-1) + RMS_EPS)
+    def query_of(self, layers: Tensor) -> Tensor:
+        """q: the static query (C), or the dynamic one of every position (T, B, C) in fp32, from the newest of the
+        layers (L, T, B, C)."""
         if self.query_kind == "static":
-            scores = values @ self.query.float()
-        else:
-            query = F.linear(rms_normalise(layers[-1]), self.query_proj.weight.float(), self.query_proj.bias.float())
-            scores = (values * query).sum(-1)
-        return torch.softmax(scores * inverse_rms, dim=0)
+            return self.query
+        return F.linear(rms_normalise(layers[-1]), self.query_proj.weight.float(), self.query_proj.bias.float())
 
     def mixing(self, layers: Tensor) -> Tensor:
-        """(L, T, B) fp32: the weight of each layer in H~, g alpha_l plus 1 - g on H^L."""
-        gate = self.gate.float()
-        return gate * self.attention(layers) + (1.0 - gate) * self.newest
+        """(L, T, B) fp32: the weight of each layer in H~, g alpha_l plus 1 - g on H^L (:mod:`.depth_softmax`)."""
+        return depth_weights(layers, self.query_of(layers), self.gate)
 
     def effective_weights(self, layers: Tensor) -> Tensor:
         """(T, B, 1, L) fp32: :meth:`mixing` per position."""
         return self.mixing(layers).permute(1, 2, 0).unsqueeze(2)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        """sum_l w_l H^l with w = :meth:`mixing`: at g = 0 exactly H^L."""
-        return (layers * self.mixing(layers).to(layers.dtype).unsqueeze(-1)).sum(0)
+        """sum_l w_l H^l with w = :meth:`mixing`, one operator each way with ``--connection-kernels fused``: at
+        g = 0 exactly H^L."""
+        return depth_softmax(layers, self.query_of(layers), self.gate, self.kernels)

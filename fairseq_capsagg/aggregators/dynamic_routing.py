@@ -6,7 +6,8 @@ from typing import Dict
 import torch
 from torch import Tensor
 
-from .capsules import CapsuleRouting, RoutingSettings, squash
+from .capsules import CapsuleRouting, RoutingSettings
+from .dynamic_route import dynamic_route, routing_iterations
 from .registry import register_aggregator
 from .settings import setting
 
@@ -30,9 +31,10 @@ class DynamicRouting(CapsuleRouting):
     C_{l->n} = softmax_n(B_{l->n}) (Eq. 10), S_n = sum_l C_{l->n} V_{l->n}
     (Eq. 7), Omega_n = squash(S_n) (Eq. 6), B_{l->n} += Omega_n . V_{l->n}.
     The output is the concatenation [Omega_1; ...; Omega_N] of width d. The
-    last iteration's logit update is skipped because nothing reads it.
-    Both sums are element-wise products summed over one axis (see
-    :class:`~fairseq_capsagg.aggregators.em_routing.EMRouting` for why not einsums).
+    last iteration's logit update is skipped because nothing reads it. The
+    iterations are :mod:`.dynamic_route`'s: one fused operator each way with
+    ``--connection-kernels fused`` (the default), the eager loop with
+    ``eager``, under ``--compile-routing`` and while the agreement is captured.
 
     With ``routing_softmax='input'`` (not the paper's) the softmax of Eq. 10
     runs over the L input capsules instead, so each output capsule receives a
@@ -86,13 +88,10 @@ class DynamicRouting(CapsuleRouting):
         return max(1.0, (self.output_capsules / self.num_layers) ** 0.4)
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        logits = votes.new_zeros(votes.shape[:-1])
-        for step in range(self.routing_iters):
-            agreement = torch.softmax(logits, dim=self.agreement_dim)
-            self.record(agreement)
-            omega = squash((agreement.unsqueeze(-1) * votes).sum(dim=-3))
-            if step + 1 < self.routing_iters:
-                logits = logits + (omega.unsqueeze(-3) * votes).sum(dim=-1)
+        over_inputs = self.agreement_dim == -2
+        if not self.capture_agreement and not torch.compiler.is_compiling():
+            return dynamic_route(votes, self.routing_iters, over_inputs, self.kernels)
+        omega = routing_iterations(votes, self.routing_iters, over_inputs, self.record)
         if self.capture_agreement:
             self.capsule_lengths = omega.detach().norm(dim=-1)
         return omega

@@ -1,21 +1,15 @@
 """Layer aggregation by EM routing (Algorithm 2 of Dou et al. 2019)."""
 
-import math
 from dataclasses import dataclass
 from typing import List
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .capsules import ROUTING_EPS, CapsuleRouting, RoutingSettings
+from .capsules import CapsuleRouting, RoutingSettings
+from .em_route import em_iterations, em_route
 from .registry import register_aggregator
 from .settings import setting
-
-#: Floor of the per-dimension variance (sigma_n^h)^2 of Eq. 14.
-VARIANCE_FLOOR = 1e-4
-
-_HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
 @dataclass
@@ -45,9 +39,9 @@ class EMRouting(CapsuleRouting):
     * Output Omega_n = A^Omega_n * mu_n, concatenated over n. The last E-step
       is skipped because its C is never read.
 
-    The sums over the L votes are element-wise products summed over l, not
-    einsums: with the paper's N = d capsules of width 1, an einsum becomes
-    millions of 1 x L by L x 1 matrix products.
+    The iterations are :mod:`.em_route`'s: one fused operator each way with
+    ``--connection-kernels fused`` (the default), the eager loop with ``eager``,
+    under ``--compile-routing`` and while the agreement is captured.
 
     :attr:`input_activations` (T, B, L) and :attr:`output_activations` (one
     (T, B, N) tensor per iteration) are recorded with the agreement when
@@ -76,9 +70,9 @@ class EMRouting(CapsuleRouting):
 
     def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
                  capsule_input: str = "all", capsule_rank: int = 0, compile_routing: bool = False,
-                 routing_init: str = "random", inverse_temperature: float = 1.0):
+                 routing_init: str = "random", inverse_temperature: float = 1.0, kernels: str = "fused"):
         super().__init__(embed_dim, num_layers, output_capsules, routing_iters, capsule_input, capsule_rank,
-                         compile_routing, routing_init)
+                         compile_routing, routing_init, kernels)
         self.inverse_temperature = inverse_temperature
         self.activation_weight = nn.Parameter(torch.empty(num_layers, embed_dim))
         self.reset_input_activations()
@@ -103,30 +97,17 @@ class EMRouting(CapsuleRouting):
         input_act = torch.sigmoid(
             torch.einsum("...ld,ld->...l", capsules, weight) + self.activation_bias.float()
         )
-        if self.capture_agreement:
-            self.input_activations = input_act.detach()
-            self.output_activations = []
         beta_a, beta_mu = self.beta_a.float(), self.beta_mu.float()
-        agreement = votes.new_full(votes.shape[:-1], 1.0 / self.output_capsules)
-        for step in range(self.routing_iters):
+        if not self.capture_agreement and not torch.compiler.is_compiling():
+            return em_route(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature,
+                            self.kernels)
+        if not self.capture_agreement:  # compiled (--compile-routing): the loop, for torch.compile to fuse
+            return em_iterations(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature)
+        self.input_activations = input_act.detach()
+        self.output_activations = []
+
+        def record(agreement: Tensor, act_logit: Tensor) -> None:
             self.record(agreement)
-            # M-step (Eqs. 12-15)
-            resp = agreement * input_act.unsqueeze(-1)
-            resp_sum = resp.sum(dim=-2)
-            # R_{l->n} / sum_l R_{l->n}: mu and sigma^2 as weighted sums over the L votes
-            share = (resp / (resp_sum.unsqueeze(-2) + ROUTING_EPS)).unsqueeze(-1)
-            mu = (share * votes).sum(dim=-3)
-            sq_dev = (votes - mu.unsqueeze(-3)).square()
-            var = (share * sq_dev).sum(dim=-3) + VARIANCE_FLOOR
-            log_var = torch.log(var)
-            cost = ((0.5 * log_var + 0.5 + _HALF_LOG_2PI) * resp_sum.unsqueeze(-1)).sum(dim=-1)
-            lam = self.inverse_temperature * (step + 1) / self.routing_iters
-            act_logit = lam * (beta_a - beta_mu * resp_sum - cost)
-            if self.capture_agreement:
-                self.output_activations.append(torch.sigmoid(act_logit).detach())
-            if step + 1 < self.routing_iters:
-                # E-step (Eqs. 16-17) in log space
-                log_p = -0.5 * (sq_dev / var.unsqueeze(-3) + log_var.unsqueeze(-3)).sum(dim=-1)
-                log_p = log_p - self.capsule_dim * _HALF_LOG_2PI
-                agreement = torch.softmax(F.logsigmoid(act_logit).unsqueeze(-2) + log_p, dim=-1)
-        return torch.sigmoid(act_logit).unsqueeze(-1) * mu
+            self.output_activations.append(torch.sigmoid(act_logit).detach())
+
+        return em_iterations(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature, record)

@@ -5,6 +5,7 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
+from .hyper_read import hyper_read
 from .norm_linear import norm_linear
 from .registry import register_aggregator
 from .streams import StreamConnection, StreamSettings
@@ -68,3 +69,12 @@ class HyperConnections(StreamConnection):
             mix = mix + read_mix[..., 1:]
             write = write + self.write_scale.float() * write_gate
         return read, mix, write
+
+    def read_with_weights(self, streams: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """With dynamic weights, :meth:`weights` and :meth:`read` as one operator each way (:mod:`.hyper_read`)."""
+        if not self.dynamic or self.kernels != "fused":
+            return super().read_with_weights(streams)
+        projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight])
+        block_input, mix, write = hyper_read(streams, projection, self.static_read, self.static_mix,
+                                             self.static_write, self.read_mix_scale, self.write_scale)
+        return block_input, (mix, write)

@@ -6,9 +6,10 @@ from typing import Tuple
 import torch
 from torch import Tensor, nn
 
+from .mhc_read import clamped_gate, mhc_read
 from .norm_linear import norm_linear
 from .registry import register_aggregator
-from .sinkhorn import SINKHORN_ITERATIONS, sinkhorn
+from .sinkhorn import SINKHORN_ITERATIONS, mhc_mix, sinkhorn
 from .streams import StreamConnection, StreamSettings
 
 #: Logits of the start: H_res's 6 on the diagonal and -3 elsewhere, H_pre's +4 on the block's own stream
@@ -41,6 +42,7 @@ class ManifoldHyperConnections(StreamConnection):
                  kernels: str = "fused"):
         super().__init__(embed_dim, num_streams, home, dynamic, last, kernels)
         n = num_streams
+        self.home_stream = home  # the fused read's argument (an int: no tensor to read back from a GPU)
         self.register_buffer("home", torch.nn.functional.one_hot(torch.tensor(home), n).float(), persistent=False)
         self.register_buffer("identity", torch.eye(n), persistent=False)
         pre = torch.full((n,), PRE_LOGITS[1])
@@ -70,8 +72,7 @@ class ManifoldHyperConnections(StreamConnection):
 
     def gate_value(self) -> Tensor:
         """g = clamp(gate, 0, 1) forward, the identity backward."""
-        gate = self.gate.float()
-        return gate + (gate.clamp(0.0, 1.0) - gate).detach()
+        return clamped_gate(self.gate)
 
     def logits(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """The logits of H_pre (T, B, n), H_post (T, B, n) and H_res (T, B, n, n), fp32; with static weights
@@ -96,3 +97,13 @@ class ManifoldHyperConnections(StreamConnection):
         pre, post, res = self.constrained(streams)
         gate = self.gate_value()
         return self.home + gate * (pre - self.home), self.identity + gate * (res - self.identity), 1 + gate * (post - 1)
+
+    def read_with_weights(self, streams: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """With dynamic weights, the logits, H_pre, H_post and the read as one operator each way
+        (:mod:`.mhc_read`), and H_res from its logits, Sinkhorn-Knopp and the blend as another
+        (:func:`.sinkhorn.mhc_mix`)."""
+        if not self.dynamic or self.kernels != "fused":
+            return super().read_with_weights(streams)
+        block_input, res_logits, write = mhc_read(streams, self.phi.weight, self.pre_logits, self.post_logits,
+                                                  self.res_logits, self.alpha, self.gate, self.home_stream)
+        return block_input, (mhc_mix(res_logits, self.gate), write)

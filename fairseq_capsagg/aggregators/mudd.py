@@ -4,20 +4,20 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import LayerAggregator
-from .normalisation import rms_normalise
+from .fused import KernelSettings
+from .mudd_aggregate import mudd_aggregate, mudd_weights
 from .registry import register_aggregator
-from .settings import Settings, setting
+from .settings import setting
 
 #: The inputs of a Transformer block that MUDD connections feed separately, in their order.
 MULTIWAY_STREAMS = ("query", "key", "value", "residual")
 
 
 @dataclass
-class MUDDSettings(Settings):
+class MUDDSettings(KernelSettings):
     mudd_hidden_dim: Optional[int] = setting(
         None, "MUDD: hidden width of each connection's weight MLP (default: streams x layers, as MUDDFormer)",
         metavar="H")
@@ -48,6 +48,7 @@ class MultiwayDynamicDense(LayerAggregator):
     Settings = MUDDSettings
     placements = ("output", "between-blocks")
     architecture_placement = "between-blocks"
+    depth_first = True
 
     @classmethod
     def validate(cls, settings: MUDDSettings, embed_dim: int, side: str = "") -> None:
@@ -57,13 +58,15 @@ class MultiwayDynamicDense(LayerAggregator):
 
     @classmethod
     def from_settings(cls, embed_dim: int, num_layers: int, settings: MUDDSettings) -> "MultiwayDynamicDense":
-        return cls(embed_dim, num_layers, settings.mudd_hidden_dim or num_layers)
+        return cls(embed_dim, num_layers, settings.mudd_hidden_dim or num_layers,
+                   kernels=settings.connection_kernels)
 
     @classmethod
     def between_blocks(cls, embed_dim: int, num_layers: int, settings: MUDDSettings,
                        last: bool) -> "MultiwayDynamicDense":
         streams = 1 if last else len(MULTIWAY_STREAMS)
-        return cls(embed_dim, num_layers, settings.mudd_hidden_dim or streams * num_layers, streams)
+        return cls(embed_dim, num_layers, settings.mudd_hidden_dim or streams * num_layers, streams,
+                   settings.connection_kernels)
 
     @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: MUDDSettings, streams: int = 1) -> float:
@@ -77,9 +80,10 @@ class MultiwayDynamicDense(LayerAggregator):
                                      1 if block == num_blocks - 1 else len(MULTIWAY_STREAMS))
                    for block in range(num_blocks))
 
-    def __init__(self, embed_dim: int, num_layers: int, hidden_dim: int, streams: int = 1):
+    def __init__(self, embed_dim: int, num_layers: int, hidden_dim: int, streams: int = 1, kernels: str = "fused"):
         super().__init__(embed_dim, num_layers)
         self.streams = streams
+        self.kernels = kernels
         self.fc1 = nn.Linear(embed_dim, hidden_dim, bias=False)
         self.fc2 = nn.Linear(hidden_dim, streams * num_layers, bias=False)
         nn.init.zeros_(self.fc2.weight)
@@ -88,12 +92,11 @@ class MultiwayDynamicDense(LayerAggregator):
         self.static_weight = nn.Parameter(static)
 
     def effective_weights(self, layers: Tensor) -> Tensor:
-        """w: (T, B, S, L) fp32 weights of each stream over the layers, per position."""
-        t, b, num_layers, _ = layers.shape
-        hidden = F.gelu(F.linear(rms_normalise(layers[:, :, -1]), self.fc1.weight.float()))
-        dynamic = F.linear(hidden, self.fc2.weight.float()).view(t, b, self.streams, num_layers)
-        return dynamic + self.static_weight.float()
+        """w: (T, B, S, L) fp32 weights of each stream over the layers (L, T, B, C), per position."""
+        return mudd_weights(layers[-1], self.fc1.weight, self.fc2.weight, self.static_weight)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        mixed = torch.einsum("tblc,tbsl->stbc", layers, self.effective_weights(layers).to(layers.dtype))
+        """Omega (S, T, B, C), or (T, B, C) for one stream, one operator each way with ``--connection-kernels
+        fused`` (:mod:`.mudd_aggregate`)."""
+        mixed = mudd_aggregate(layers, self.fc1.weight, self.fc2.weight, self.static_weight, self.kernels)
         return mixed[0] if self.streams == 1 else mixed

@@ -1,6 +1,6 @@
 """act(RMSNorm(x) W^T) in fp32, the dynamic weights of hyper-connections and mHC: the eager reference, and one fused
 operator each way (``capsagg::norm_linear``: one Triton kernel on CUDA, :mod:`.norm_linear_triton`; the reference
-inside the operator elsewhere). ``--stream-kernels`` picks; both compute the same values and gradients."""
+inside the operator elsewhere). ``--connection-kernels`` picks; both compute the same values and gradients."""
 
 from typing import Optional, Tuple
 

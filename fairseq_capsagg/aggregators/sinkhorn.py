@@ -1,6 +1,6 @@
 """Sinkhorn-Knopp for mHC's H_res: the eager loop (the reference) or one fused operator each way.
 
-``--stream-kernels`` picks the implementation; both compute the same matrices and gradients:
+``--connection-kernels`` picks the implementation; both compute the same matrices and gradients:
 
 * ``fused`` (default): ``capsagg::sinkhorn`` and its backward; on CUDA with Triton one kernel each
   (:mod:`.sinkhorn_triton`), elsewhere the eager loop (and :func:`reference_backward`) inside the operator;
@@ -14,6 +14,7 @@ import torch
 from torch import Tensor
 
 from .fused import triton_kernels
+from .mhc_read import clamped_gate
 
 #: Sinkhorn-Knopp iterations of H_res (the paper's).
 SINKHORN_ITERATIONS = 20
@@ -103,3 +104,69 @@ def sinkhorn_fused(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Ten
 def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "fused") -> Tensor:
     """Sinkhorn-Knopp by the implementation ``kernel`` (``fused`` or ``eager``; the same values)."""
     return sinkhorn_fused(logits, iterations) if kernel == "fused" else sinkhorn_reference(logits, iterations)
+
+
+def mix_reference(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
+    """mHC's H_res as mixing rows (stream i into stream j), I + g (P^T - I) with P = :func:`sinkhorn_reference` of
+    ``logits`` (..., n, n) and g = clamp(gate, 0, 1) (the identity backward): doubly stochastic for g in [0, 1]."""
+    identity = torch.eye(logits.size(-1), device=logits.device)
+    return identity + clamped_gate(gate) * (sinkhorn_reference(logits, iterations).transpose(-1, -2) - identity)
+
+
+def mix_reference_backward(logits: Tensor, gate: Tensor, grad: Tensor,
+                           iterations: int = SINKHORN_ITERATIONS) -> Tuple[Tensor, Tensor]:
+    """The gradients of :func:`mix_reference`'s logits (P, n, n) and gate given ``grad`` of its output."""
+    grad = grad.float().transpose(-1, -2)
+    identity = torch.eye(logits.size(-1), device=logits.device)
+    grad_gate = (grad * (sinkhorn_reference(logits, iterations) - identity)).sum()
+    return reference_backward(logits, gate.float().clamp(0.0, 1.0) * grad, iterations), grad_gate
+
+
+@torch.library.custom_op("capsagg::mhc_mix", mutates_args=())
+def _mix_fused(logits: Tensor, gate: Tensor, iterations: int) -> Tensor:
+    kernels = triton_kernels("sinkhorn_triton", logits)
+    if kernels is not None:
+        return kernels.forward(logits, iterations, gate)
+    return mix_reference(logits, gate, iterations)
+
+
+@_mix_fused.register_fake
+def _(logits: Tensor, gate: Tensor, iterations: int) -> Tensor:
+    return torch.empty_like(logits)
+
+
+@torch.library.custom_op("capsagg::mhc_mix_backward", mutates_args=())
+def _mix_fused_backward(logits: Tensor, gate: Tensor, grad: Tensor, iterations: int) -> Tuple[Tensor, Tensor]:
+    kernels = triton_kernels("sinkhorn_triton", logits)
+    if kernels is not None:
+        return kernels.backward(logits, grad, iterations, gate)
+    return mix_reference_backward(logits, gate, grad, iterations)
+
+
+@_mix_fused_backward.register_fake
+def _(logits: Tensor, gate: Tensor, grad: Tensor, iterations: int) -> Tuple[Tensor, Tensor]:
+    return torch.empty_like(logits), torch.empty_like(gate)
+
+
+def _mix_setup_context(ctx, inputs: Tuple[Tensor, Tensor, int], output: Tensor) -> None:
+    ctx.save_for_backward(inputs[0], inputs[1])
+    ctx.iterations = inputs[2]
+
+
+def _mix_backward(ctx, grad: Tensor) -> Tuple[Tensor, Tensor, None]:
+    logits, gate = ctx.saved_tensors
+    return (*_mix_fused_backward(logits, gate, grad.contiguous(), ctx.iterations), None)
+
+
+_mix_fused.register_autograd(_mix_backward, setup_context=_mix_setup_context)
+
+
+def mhc_mix(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "fused") -> Tensor:
+    """:func:`mix_reference` by the implementation ``kernel``: with ``fused`` Sinkhorn-Knopp and the blend as one
+    operator each way (``capsagg::mhc_mix``)."""
+    if kernel != "fused":
+        return mix_reference(logits, gate, iterations)
+    with torch.autocast(device_type=logits.device.type, enabled=False):
+        shape = logits.shape
+        flat = logits.float().reshape(-1, *shape[-2:]).contiguous()
+        return _mix_fused(flat, gate.float(), iterations).view(shape)

@@ -1,6 +1,6 @@
 """The residual streams' write, H'_j = b_j y + (sum_i r_ij H_i - b_j h): the eager reference, and one fused operator
 each way (``capsagg::stream_write``: one Triton kernel on CUDA, :mod:`.stream_write_triton`; the reference inside
-the operator elsewhere). ``--stream-kernels`` picks; both compute the same values and gradients."""
+the operator elsewhere). ``--connection-kernels`` picks; both compute the same values and gradients."""
 
 from typing import Optional, Tuple
 

@@ -18,13 +18,13 @@ import torch
 from torch import Tensor, nn
 
 from .base import LayerAggregator
-from .settings import Settings, setting
-from .fused import KERNELS
+from .fused import KernelSettings
+from .settings import setting
 from .stream_write import stream_write
 
 
 @dataclass
-class StreamSettings(Settings):
+class StreamSettings(KernelSettings):
     """The settings of every connection with residual streams."""
 
     residual_streams: int = setting(4, "hyper-connections, mHC: residual streams n per position (n-fold residual "
@@ -32,11 +32,6 @@ class StreamSettings(Settings):
     stream_weights: str = setting(
         "dynamic", "hyper-connections, mHC: static weights only, or static plus weights computed from the streams at "
                    "each position (dynamic, the papers')", choices=("static", "dynamic"))
-    stream_kernels: str = setting(
-        "fused", "hyper-connections, mHC: the streams' write and mHC's Sinkhorn-Knopp as one operator each way "
-                 "(fused: one Triton kernel each on CUDA, the eager reference inside the operator elsewhere) or as "
-                 "the eager references (eager: tens of kernels a block, hundreds for Sinkhorn); the same values",
-        choices=KERNELS)
 
 
 class StreamConnection(LayerAggregator):
@@ -66,7 +61,7 @@ class StreamConnection(LayerAggregator):
     @classmethod
     def connection_kwargs(cls, settings: StreamSettings) -> Dict[str, object]:
         """The constructor's keyword arguments of the settings every stream family reads."""
-        return {"kernels": settings.stream_kernels}
+        return {"kernels": settings.connection_kernels}
 
     def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
                  kernels: str = "fused"):
@@ -93,10 +88,16 @@ class StreamConnection(LayerAggregator):
         """The block's input h = sum_i a_i H_i, (T, B, C)."""
         return (weights[0].to(streams.dtype).unsqueeze(-1) * streams).sum(-2)
 
-    def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor, Tensor], block_input: Tensor,
+    def read_with_weights(self, streams: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
+        """The block's input h and the weights (r, b) of its write: :meth:`weights` and :meth:`read`, which a
+        family with a fused read computes in one operator."""
+        weights = self.weights(streams)
+        return self.read(streams, weights), weights[1:]
+
+    def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor,
               block_output: Tensor) -> Tensor:
-        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C) (:mod:`.stream_write`)."""
-        return stream_write(streams, weights[1], weights[2], block_input, block_output, self.kernels)
+        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C), with ``weights`` (r, b) (:mod:`.stream_write`)."""
+        return stream_write(streams, weights[0], weights[1], block_input, block_output, self.kernels)
 
     def output(self, streams: Tensor) -> Tensor:
         """The stack's state, sum_i readout_i H_i, (T, B, C) (the top block's connection holds the readout)."""

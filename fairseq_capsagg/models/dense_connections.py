@@ -91,7 +91,7 @@ class ResidualStreams(nn.Module):
         self.connections = nn.ModuleList(connections)
         self.streams: Optional[Tensor] = None  # (T, B, n, C)
         self.block_input: Optional[Tensor] = None
-        self.weights: Optional[Tuple[Tensor, Tensor, Tensor]] = None
+        self.weights: Optional[Tuple[Tensor, Tensor]] = None  # (r, b) of the block's write
         for index, layer in enumerate(layers):
             layer.register_forward_pre_hook(functools.partial(self._read, index), with_kwargs=True)
             layer.register_forward_hook(functools.partial(self._write, index))
@@ -102,8 +102,7 @@ class ResidualStreams(nn.Module):
         x = args[0] if args else kwargs["x"]
         if index == 0:
             self.streams = connection.expand(x)
-        self.weights = connection.weights(self.streams)
-        self.block_input = connection.read(self.streams, self.weights)
+        self.block_input, self.weights = connection.read_with_weights(self.streams)
         if args:
             return (self.block_input, *args[1:]), kwargs
         return args, dict(kwargs, x=self.block_input)

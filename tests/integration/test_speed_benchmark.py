@@ -23,28 +23,28 @@ def test_speed_benchmark_writes_ratios(tmp_path):
     low, high = rows[1]["train_tokens_per_s_ratio_range"]
     assert low <= rows[1]["train_tokens_per_s_ratio"] <= high
     assert rows[1]["params"] > rows[0]["params"] and 0 < rows[1]["flop_bound"] < 1
-    # MUDD's connections add operators to every step; the counts are deterministic, so the two rounds agree
-    assert rows[1]["train_operators_ratio"] > 1.1 and rows[1]["decode_operators_ratio"] > 1.1
-    assert rows[1]["train_operators_ratio_range"][0] == rows[1]["train_operators_ratio_range"][1]
+    # MUDD's connections add kernels to every step; the counts are deterministic, so the two rounds agree
+    assert rows[1]["train_kernels_ratio"] > 1.1 and rows[1]["decode_kernels_ratio"] > 1.1
+    assert rows[1]["train_kernels_ratio_range"][0] == rows[1]["train_kernels_ratio_range"][1]
     assert "| small | mudd |" in (tmp_path / "speed.md").read_text()
 
 
-def test_count_only_writes_operators_per_step_under_its_name(tmp_path):
-    """--count-only: no timing, the operators per training and decoding step against the baseline's, in seconds;
-    mHC's fused write and Sinkhorn count one operator each way where the eager references launch hundreds a
+def test_count_only_writes_kernels_per_step_under_its_name(tmp_path):
+    """--count-only: no timing, the kernels per training and decoding step against the baseline's, in seconds;
+    mHC's fused read, Sinkhorn and write count one kernel each way where the eager references launch hundreds a
     block."""
     common = [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "--count-only", "--shapes", "small",
               "--systems", "baseline", "mhc", "--tokens", "64", "--length", "8", "--decode-sentences", "2",
               "--vocab", "500", "--output-dir", str(tmp_path)]
     for name, kernel in (("fused", "fused"), ("eager", "eager")):
-        result = subprocess.run([*common, "--name", name, f"--model-args=--stream-kernels {kernel}"],
+        result = subprocess.run([*common, "--name", name, f"--model-args=--connection-kernels {kernel}"],
                                 capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-3000:]
     fused, eager = (json.loads((tmp_path / f"{name}.json").read_text())["rows"] for name in ("fused", "eager"))
-    assert "train_tokens_per_s" not in fused[1] and fused[0]["train_operators_ratio"] == 1.0
-    assert fused[0]["train_operators"] == eager[0]["train_operators"]  # the Transformer has no Sinkhorn
-    assert eager[1]["train_operators"] - fused[1]["train_operators"] > 3000
-    assert "operators per train step" in (tmp_path / "fused.md").read_text()
+    assert "train_tokens_per_s" not in fused[1] and fused[0]["train_kernels_ratio"] == 1.0
+    assert fused[0]["train_kernels"] == eager[0]["train_kernels"]  # the Transformer has no Sinkhorn
+    assert eager[1]["train_kernels"] - fused[1]["train_kernels"] > 3000
+    assert "kernels per train step" in (tmp_path / "fused.md").read_text()
 
 
 def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, monkeypatch):
@@ -54,7 +54,7 @@ def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, mo
     import speed
 
     def measured(tokens_per_s: float) -> dict:
-        return {"params": 1e6, "train_operators": 100, "decode_operators": 10, "train_steps_per_s": 1.0,
+        return {"params": 1e6, "train_kernels": 100, "decode_kernels": 10, "train_steps_per_s": 1.0,
                 "train_tokens_per_s": tokens_per_s, "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
 
     args = argparse.Namespace(

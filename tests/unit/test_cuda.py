@@ -12,7 +12,7 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 ARCHS = {family: f"transformer_{family}_base" for family in families()}
 #: The eager reference of each fused path, by family.
-EAGER = {"hc": ["--stream-kernels", "eager"], "mhc": ["--stream-kernels", "eager"]}
+EAGER = {family: ["--connection-kernels", "eager"] for family in ("hc", "mhc", "depthattn", "mudd")}
 #: fp32 on another device sums in another order; a wrong kernel differs by far more.
 TOLERANCE = dict(rtol=1e-4, atol=2e-5)
 

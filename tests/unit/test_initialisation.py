@@ -14,7 +14,7 @@ from fairseq_capsagg.aggregators import (
     xavier_uniform_per_matrix_,
 )
 from fairseq_capsagg.aggregators.capsules import IDENTITY_LAYER_SHARE
-from fairseq_capsagg.aggregators.em_routing import VARIANCE_FLOOR
+from fairseq_capsagg.aggregators.em_route import VARIANCE_FLOOR
 from helpers import build_tiny_model, random_tokens
 
 L = 6

@@ -149,10 +149,10 @@ def test_depth_attention_and_mudd_weights_are_fp32_under_half_precision():
     randomise(attention)
     randomise(mudd)
     attention, mudd = attention.to(torch.bfloat16), mudd.to(torch.bfloat16)
-    alpha = attention.attention(layers)
+    alpha = attention.mixing(layers)
     assert alpha.dtype == torch.float32
     torch.testing.assert_close(alpha.sum(0), torch.ones(3, 2))
-    assert mudd.effective_weights(layers.permute(1, 2, 0, 3)).dtype == torch.float32
+    assert mudd.effective_weights(layers).dtype == torch.float32
     out = attention(list(layers))
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
     expected = reference(attention.float(), [layer.float() for layer in layers])[0]

@@ -9,11 +9,19 @@ import torch
 
 pytest.importorskip("triton")
 
-from fairseq_capsagg.aggregators import norm_linear_triton, sinkhorn_triton, stream_write_triton  # noqa: E402
+from fairseq_capsagg.aggregators import (depth_softmax_triton, dynamic_route_triton, em_route_triton,  # noqa: E402
+                                         hyper_read_triton, mhc_read_triton, mudd_aggregate_triton, norm_linear_triton, sinkhorn_triton,
+                                         stream_write_triton)
+from fairseq_capsagg.aggregators.depth_softmax import aggregate_reference as depth_aggregate_reference  # noqa: E402
+from fairseq_capsagg.aggregators.dynamic_route import routing_iterations  # noqa: E402
+from fairseq_capsagg.aggregators.em_route import em_iterations  # noqa: E402
+from fairseq_capsagg.aggregators.hyper_read import read_reference  # noqa: E402
+from fairseq_capsagg.aggregators.mhc_read import read_reference as mhc_read_reference  # noqa: E402
+from fairseq_capsagg.aggregators.mudd_aggregate import aggregate_reference as mudd_aggregate_reference  # noqa: E402
 from fairseq_capsagg.aggregators.fused import triton_kernels  # noqa: E402
 from fairseq_capsagg.aggregators.norm_linear import norm_linear_reference  # noqa: E402
 from fairseq_capsagg.aggregators.normalisation import RMS_EPS  # noqa: E402
-from fairseq_capsagg.aggregators.sinkhorn import sinkhorn_reference  # noqa: E402
+from fairseq_capsagg.aggregators.sinkhorn import mix_reference, sinkhorn_reference  # noqa: E402
 from fairseq_capsagg.aggregators.stream_write import write_reference  # noqa: E402
 
 #: The kernels and the loop both sum in fp32, in another order.
@@ -92,3 +100,151 @@ def test_the_dynamic_weight_kernels_compute_the_references_projection_and_gradie
     for got_grad, want in zip(norm_linear_triton.backward(grad, x.detach(), weight.detach(), got, RMS_EPS, tanh),
                               expected_grads):
         torch.testing.assert_close(got_grad, want, rtol=1e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("positions,n,channels", [(9, 4, 70), (hyper_read_triton.BLOCK_P, 3, 130), (3, 1, 8)])
+def test_the_hyper_read_kernels_compute_the_references_read_weights_and_gradients(positions, n, channels):
+    generator = torch.Generator().manual_seed(positions + n)
+    shapes = [(positions, n, channels), (n + 2, channels), (n,), (n, n), (n,), (), ()]
+    leaves = [torch.randn(shape, generator=generator).to(DEVICE).requires_grad_() for shape in shapes]
+    grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((positions, channels),
+                                                                             (positions, n, n), (positions, n))]
+    expected = read_reference(*leaves)
+    expected_grads = torch.autograd.grad(expected, leaves, grads)
+    inputs = [leaf.detach().contiguous() for leaf in leaves]
+    for got, want in zip(hyper_read_triton.forward(*inputs, RMS_EPS), expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got_grads = hyper_read_triton.backward(*grads, inputs[0], inputs[1], inputs[2], inputs[5], inputs[6], RMS_EPS)
+    for got, want in zip(got_grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_hyper_read_kernel_keeps_the_identity_start_exact():
+    """W = 0: a is one-hot, so h is exactly the home stream, r = A_r and b = B."""
+    streams = torch.randn(5, 4, 16).to(DEVICE)
+    read = torch.zeros(4, device=DEVICE)
+    read[2] = 1.0
+    h, mix, write = hyper_read_triton.forward(streams, torch.zeros(6, 16, device=DEVICE), read,
+                                              torch.eye(4, device=DEVICE), torch.ones(4, device=DEVICE),
+                                              torch.tensor(0.01, device=DEVICE), torch.tensor(0.01, device=DEVICE),
+                                              RMS_EPS)
+    assert torch.equal(h, streams[:, 2]) and torch.equal(mix, torch.eye(4, device=DEVICE).expand(5, 4, 4))
+    assert torch.equal(write, torch.ones(5, 4, device=DEVICE))
+
+
+@pytest.mark.parametrize("num_layers,positions,channels,static", [(5, 11, 70, True), (3, 9, 130, False),
+                                                                 (2, depth_softmax_triton.BLOCK_P, 8, True)])
+def test_the_depth_softmax_kernels_compute_the_references_aggregate_and_gradients(num_layers, positions, channels,
+                                                                                  static):
+    generator = torch.Generator().manual_seed(num_layers + positions)
+    layers = (2 * torch.randn(num_layers, positions, channels, generator=generator)).to(DEVICE).requires_grad_()
+    query = torch.randn(*(() if static else (positions,)), channels, generator=generator).to(DEVICE).requires_grad_()
+    gate = torch.tensor(0.6).to(DEVICE).requires_grad_()
+    grad = torch.randn(positions, channels, generator=generator).to(DEVICE)
+    expected = depth_aggregate_reference(layers, query, gate)
+    expected_grads = torch.autograd.grad(expected, (layers, query, gate), grad)
+    inputs = [t.detach() for t in (layers, query, gate)]
+    torch.testing.assert_close(depth_softmax_triton.forward(*inputs, RMS_EPS), expected, **TOLERANCE)
+    for got, want in zip(depth_softmax_triton.backward(grad, *inputs, RMS_EPS), expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_depth_softmax_kernel_keeps_the_identity_start_exact():
+    """g = 0: H~ is exactly H^L, whatever the attention."""
+    layers = torch.randn(4, 6, 16).to(DEVICE)
+    got = depth_softmax_triton.forward(layers, torch.randn(16).to(DEVICE), torch.tensor(0.0).to(DEVICE), RMS_EPS)
+    assert torch.equal(got, layers[-1])
+
+
+@pytest.mark.parametrize("num_layers,streams,hidden,positions,channels", [(5, 4, 20, 7, 70), (3, 1, 3, 9, 40),
+                                                                          (2, 4, 8, mudd_aggregate_triton.BLOCK_P, 8)])
+def test_the_mudd_kernels_compute_the_references_aggregates_and_gradients(num_layers, streams, hidden, positions,
+                                                                         channels):
+    generator = torch.Generator().manual_seed(num_layers + hidden)
+    shapes = [(num_layers, positions, channels), (hidden, channels), (streams * num_layers, hidden),
+              (streams, num_layers)]
+    leaves = [torch.randn(shape, generator=generator).to(DEVICE).requires_grad_() for shape in shapes]
+    grad = torch.randn(streams, positions, channels, generator=generator).to(DEVICE)
+    expected = mudd_aggregate_reference(*leaves)
+    expected_grads = torch.autograd.grad(expected, leaves, grad)
+    inputs = [leaf.detach() for leaf in leaves]
+    torch.testing.assert_close(mudd_aggregate_triton.forward(*inputs, RMS_EPS), expected, rtol=1e-4, atol=1e-4)
+    for got, want in zip(mudd_aggregate_triton.backward(grad, *inputs, RMS_EPS), expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_the_mudd_kernel_keeps_the_identity_start_exact():
+    """W_2 = 0 and b one-hot on H^L: every stream is exactly H^L."""
+    layers = torch.randn(3, 5, 16).to(DEVICE)
+    static = torch.zeros(4, 3, device=DEVICE)
+    static[:, -1] = 1.0
+    got = mudd_aggregate_triton.forward(layers, torch.randn(12, 16).to(DEVICE), torch.zeros(12, 12, device=DEVICE),
+                                        static, RMS_EPS)
+    assert torch.equal(got, layers[-1].expand(4, 5, 16))
+
+
+@pytest.mark.parametrize("positions,n,channels,home", [(9, 4, 40, 2), (mhc_read_triton.BLOCK_P, 3, 20, 0),
+                                                       (3, 2, 8, 1)])
+@pytest.mark.parametrize("gate", [0.6, 1.3])
+def test_the_mhc_read_kernels_compute_the_references_read_logits_and_gradients(positions, n, channels, home, gate):
+    """Also with the gate above its clamp, where its gradient passes through as through the identity."""
+    generator = torch.Generator().manual_seed(positions + n)
+    shapes = [(positions, n, channels), (2 * n + n * n, n * channels), (n,), (n,), (n, n), (3,)]
+    leaves = [torch.randn(shape, generator=generator).to(DEVICE).requires_grad_() for shape in shapes]
+    leaves.append(torch.tensor(gate, device=DEVICE, requires_grad=True))
+    grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((positions, channels),
+                                                                             (positions, n, n), (positions, n))]
+    expected = mhc_read_reference(*leaves, home)
+    expected_grads = torch.autograd.grad(expected, leaves, grads)
+    inputs = [leaf.detach().contiguous() for leaf in leaves]
+    for got, want in zip(mhc_read_triton.forward(*inputs, home, RMS_EPS), expected):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got_grads = mhc_read_triton.backward(*grads, *inputs[:4], *inputs[5:], home, RMS_EPS)
+    for got, want in zip(got_grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("gate", [0.4, -0.3])
+def test_the_blending_sinkhorn_kernels_compute_mhcs_mix_and_gradients(gate):
+    """I + g (P^T - I) and the gradients of the logits and the gate (the identity through the clamp)."""
+    generator = torch.Generator().manual_seed(5)
+    logits = (3 * torch.randn(37, 4, 4, generator=generator)).to(DEVICE).requires_grad_()
+    gate = torch.tensor(gate, device=DEVICE, requires_grad=True)
+    grad = torch.randn(37, 4, 4, generator=generator).to(DEVICE)
+    expected = mix_reference(logits, gate, 20)
+    expected_grads = torch.autograd.grad(expected, (logits, gate), grad)
+    torch.testing.assert_close(sinkhorn_triton.forward(logits.detach(), 20, gate.detach()), expected, **TOLERANCE)
+    for got, want in zip(sinkhorn_triton.backward(logits.detach(), grad, 20, gate.detach()), expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("num_layers,capsules,capsule_dim,iterations", [(6, 16, 1, 3), (3, 5, 4, 2), (4, 2, 3, 1)])
+def test_the_em_routing_kernels_compute_the_loops_capsules_and_gradients(num_layers, capsules, capsule_dim,
+                                                                        iterations):
+    generator = torch.Generator().manual_seed(num_layers + capsules)
+    votes = torch.randn(5, num_layers, capsules, capsule_dim, generator=generator).to(DEVICE).requires_grad_()
+    input_act = torch.rand(5, num_layers, generator=generator).to(DEVICE).requires_grad_()
+    beta_a, beta_mu = (torch.randn(capsules, generator=generator).to(DEVICE).requires_grad_() for _ in range(2))
+    grad = torch.randn(5, capsules, capsule_dim, generator=generator).to(DEVICE)
+    leaves = (votes, input_act, beta_a, beta_mu)
+    expected = em_iterations(*leaves, iterations, 1.5)
+    expected_grads = torch.autograd.grad(expected, leaves, grad)
+    inputs = [leaf.detach() for leaf in leaves]
+    torch.testing.assert_close(em_route_triton.forward(*inputs, iterations, 1.5), expected, rtol=1e-5, atol=1e-5)
+    for got, want in zip(em_route_triton.backward(grad, *inputs, iterations, 1.5), expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("num_layers,capsules,capsule_dim,iterations,over_inputs", [
+    (6, 16, 1, 3, False), (3, 5, 4, 2, True), (4, 2, 3, 1, False), (5, 3, 2, 3, True)])
+def test_the_dynamic_routing_kernels_compute_the_loops_capsules_and_gradient(num_layers, capsules, capsule_dim,
+                                                                            iterations, over_inputs):
+    generator = torch.Generator().manual_seed(num_layers + capsules)
+    votes = (2 * torch.randn(5, num_layers, capsules, capsule_dim, generator=generator)).to(DEVICE).requires_grad_()
+    grad = torch.randn(5, capsules, capsule_dim, generator=generator).to(DEVICE)
+    expected = routing_iterations(votes, iterations, over_inputs)
+    (expected_grad,) = torch.autograd.grad(expected, votes, grad)
+    torch.testing.assert_close(dynamic_route_triton.forward(votes.detach(), iterations, over_inputs), expected,
+                               **TOLERANCE)
+    torch.testing.assert_close(dynamic_route_triton.backward(grad, votes.detach(), iterations, over_inputs),
+                               expected_grad, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,213 @@
+"""mHC's read in one Triton kernel each way (:mod:`.mhc_read`).
+
+Per position, with the n streams H (n x C) read as one row of n C: D = RMSNorm(H) phi^T (2n + n^2), the logits
+pre, post and res, H_pre = e_home + g (sigmoid(pre) - e_home), H_post = 1 + g (2 sigmoid(post) - 1) and
+h = sum_i H_pre,i H_i, in fp32 whatever the streams' precision. Each program holds ``BLOCK_P`` positions and walks
+their C channels in chunks of ``BLOCK_C``, every stream at once: the forward reads the streams twice (their RMS
+and projections, then the read), the backward three times (the logits and the read's gradient, RMSNorm's mean,
+the streams' gradient). n and 2n + n^2 are padded to powers of two with zeros. The backward writes, per program,
+its share of the gradients of phi, the static logits, alpha and the gate (summed afterwards), so that no two
+programs add into the same memory.
+
+Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+BLOCK_P = 4
+BLOCK_C = 16
+
+
+@triton.jit
+def _sigmoid(x):
+    return 1.0 / (1.0 + tl.exp(-x))
+
+
+@triton.jit
+def _streams(streams_ptr, p, i, c, live, n, channels):
+    """The streams (P, N, BLOCK_C) of chunk c, fp32, zero where padded."""
+    inside = live[:, None, None] & (i[None, :, None] < n) & (c[None, None, :] < channels)
+    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
+    return tl.load(streams_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _phi(phi_ptr, i, k, c, n, outputs, channels):
+    """phi (N, K, BLOCK_C) of chunk c: column i C + c of row k, zero where padded."""
+    inside = (i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels)
+    return tl.load(phi_ptr + k[None, :, None] * n * channels + i[:, None, None] * channels + c[None, None, :],
+                   mask=inside, other=0.0)
+
+
+@triton.jit
+def _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P: tl.constexpr, N: tl.constexpr,
+            K: tl.constexpr, BLOCK_C: tl.constexpr):
+    """1 / RMS of each position's n C row (P) and D = RMSNorm(row) phi^T (P, K)."""
+    outputs = 2 * n + n * n
+    total = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_P, K), dtype=tl.float32)
+    for start in range(0, channels, BLOCK_C):
+        c = start + tl.arange(0, BLOCK_C)
+        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        total += tl.sum(tl.sum(x * x, axis=2), axis=1)
+        w = _phi(phi_ptr, i, k, c, n, outputs, channels)
+        acc += tl.sum(tl.sum(x[:, :, None, :] * w[None, :, :, :], axis=3), axis=1)
+    inverse_rms = 1.0 / tl.sqrt(total / (n * channels) + eps)
+    return inverse_rms, acc * inverse_rms[:, None]
+
+
+@triton.jit
+def _pick(dynamic, i, k, offset):
+    """dynamic[:, offset + i] as (P, N) from (P, K)."""
+    return tl.sum(tl.where(k[None, None, :] == offset + i[None, :, None], dynamic[:, None, :], 0.0), axis=2)
+
+
+@triton.jit
+def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
+                    out_write_ptr, positions, n, channels, home, eps, N: tl.constexpr, K: tl.constexpr,
+                    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
+    i = tl.arange(0, N)
+    k = tl.arange(0, K)
+    live = p < positions
+    i_live = i < n
+    pi_live = live[:, None] & i_live[None, :]
+    _, dynamic = _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P, N, K, BLOCK_C)
+    alpha_pre = tl.load(alpha_ptr)
+    alpha_post = tl.load(alpha_ptr + 1)
+    alpha_res = tl.load(alpha_ptr + 2)
+    g = tl.minimum(tl.maximum(tl.load(gate_ptr), 0.0), 1.0)
+    pre = tl.load(pre_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_pre * _pick(dynamic, i, k, 0)
+    post = tl.load(post_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_post * _pick(dynamic, i, k, n)
+    read = g * _sigmoid(pre) + tl.where(i[None, :] == home, 1.0 - g, 0.0)
+    write = 1.0 + g * (2.0 * _sigmoid(post) - 1.0)
+    tl.store(out_write_ptr + p[:, None] * n + i[None, :], write, mask=pi_live)
+    # res_ij = b_res,ij + alpha_2 D[2n + i n + j], gathered as (P, N_i, N_j)
+    ij = 2 * n + i[:, None] * n + i[None, :]
+    res = tl.sum(tl.where(k[None, None, None, :] == ij[None, :, :, None], dynamic[:, None, None, :], 0.0), axis=3)
+    ij_live = i_live[:, None] & i_live[None, :]
+    res = tl.load(res_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0)[None, :, :] + alpha_res * res
+    tl.store(out_res_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :], res,
+             mask=live[:, None, None] & ij_live[None, :, :])
+    read = read.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the streams' dtype
+    for start in range(0, channels, BLOCK_C):
+        c = start + tl.arange(0, BLOCK_C)
+        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        tl.store(out_ptr + p[:, None] * channels + c[None, :], tl.sum(read[:, :, None] * x, axis=1).to(
+            out_ptr.dtype.element_ty), mask=live[:, None] & (c[None, :] < channels))
+
+
+@triton.jit
+def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_ptr, pre_ptr, post_ptr, alpha_ptr,
+                     gate_ptr, grad_streams_ptr, phi_shares_ptr, small_shares_ptr, positions, n, channels, home, eps,
+                     N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    program = tl.program_id(0)
+    p = program * BLOCK_P + tl.arange(0, BLOCK_P)
+    i = tl.arange(0, N)
+    k = tl.arange(0, K)
+    live = p < positions
+    i_live = i < n
+    pi_live = live[:, None] & i_live[None, :]
+    outputs = 2 * n + n * n
+    inverse_rms, dynamic = _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P, N, K, BLOCK_C)
+    # the read's weights' gradient grad_a_i = grad_h . H_i
+    grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
+    for start in range(0, channels, BLOCK_C):
+        c = start + tl.arange(0, BLOCK_C)
+        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
+                         mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
+        grad_a += tl.sum(grad_h[:, None, :] * x, axis=2)
+    alpha_pre = tl.load(alpha_ptr)
+    alpha_post = tl.load(alpha_ptr + 1)
+    alpha_res = tl.load(alpha_ptr + 2)
+    g = tl.minimum(tl.maximum(tl.load(gate_ptr), 0.0), 1.0)
+    dynamic_pre = _pick(dynamic, i, k, 0)
+    dynamic_post = _pick(dynamic, i, k, n)
+    pre_sigmoid = _sigmoid(tl.load(pre_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_pre * dynamic_pre)
+    post_sigmoid = _sigmoid(tl.load(post_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_post * dynamic_post)
+    home_hot = tl.where(i[None, :] == home, 1.0, 0.0)
+    read = home_hot + g * (pre_sigmoid - home_hot)
+    grad_write = tl.load(grad_write_ptr + p[:, None] * n + i[None, :], mask=pi_live, other=0.0)
+    grad_a = tl.where(pi_live, grad_a, 0.0)
+    grad_pre = grad_a * g * pre_sigmoid * (1.0 - pre_sigmoid)
+    grad_post = grad_write * g * 2.0 * post_sigmoid * (1.0 - post_sigmoid)
+    # H_res's logits' gradient scattered to D's columns 2n + i n + j, and H_pre's and H_post's to i and n + i
+    res_offset = k - 2 * n
+    in_res = (res_offset >= 0) & (res_offset < n * n)
+    grad_res = tl.load(grad_res_ptr + p[:, None] * n * n + res_offset[None, :], mask=live[:, None] & in_res[None, :],
+                       other=0.0)  # (P, K)
+    scatter_pre = tl.sum(tl.where(k[None, None, :] == i[None, :, None], grad_pre[:, :, None], 0.0), axis=1)
+    scatter_post = tl.sum(tl.where(k[None, None, :] == n + i[None, :, None], grad_post[:, :, None], 0.0), axis=1)
+    grad_dynamic = alpha_pre * scatter_pre + alpha_post * scatter_post + alpha_res * grad_res
+    # this program's shares: b_pre (n), b_post (n), b_res (n n), alpha (3), the gate (1), in one row
+    small = small_shares_ptr + program * (2 * n + n * n + 4)
+    tl.store(small + i, tl.sum(grad_pre, axis=0), mask=i_live)
+    tl.store(small + n + i, tl.sum(grad_post, axis=0), mask=i_live)
+    tl.store(small + 2 * n + res_offset, tl.sum(grad_res, axis=0), mask=in_res)
+    tail = small + 2 * n + n * n
+    tl.store(tail, tl.sum(tl.sum(grad_pre * dynamic_pre, axis=1), axis=0))
+    tl.store(tail + 1, tl.sum(tl.sum(grad_post * dynamic_post, axis=1), axis=0))
+    tl.store(tail + 2, tl.sum(tl.sum(grad_res * dynamic, axis=1), axis=0))
+    tl.store(tail + 3, tl.sum(tl.sum(grad_a * (pre_sigmoid - home_hot) + grad_write * (2.0 * post_sigmoid - 1.0),
+                                     axis=1), axis=0))
+    # RMSNorm's backward over the n C row needs mean(g * normed), g = grad_dynamic phi
+    projected = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    for start in range(0, channels, BLOCK_C):
+        c = start + tl.arange(0, BLOCK_C)
+        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        w = _phi(phi_ptr, i, k, c, n, outputs, channels)
+        gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)  # (P, N, C)
+        projected += tl.sum(tl.sum(gn * x, axis=2), axis=1)
+    projected = projected * inverse_rms / (n * channels)
+    for start in range(0, channels, BLOCK_C):
+        c = start + tl.arange(0, BLOCK_C)
+        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        w = _phi(phi_ptr, i, k, c, n, outputs, channels)
+        gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)
+        normed = x * inverse_rms[:, None, None]
+        grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
+                         mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
+        grad_x = inverse_rms[:, None, None] * (gn - normed * projected[:, None, None]) \
+            + read[:, :, None] * grad_h[:, None, :]
+        inside = pi_live[:, :, None] & (c[None, None, :] < channels)
+        tl.store(grad_streams_ptr + p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :],
+                 grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
+        grad_phi = tl.sum(grad_dynamic[:, None, :, None] * normed[:, :, None, :], axis=0)  # (N, K, C)
+        tl.store(phi_shares_ptr + program * outputs * n * channels + k[None, :, None] * n * channels
+                 + i[:, None, None] * channels + c[None, None, :], grad_phi,
+                 mask=(i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels))
+
+
+def _meta(positions: int, n: int):
+    return (triton.cdiv(positions, BLOCK_P),), triton.next_power_of_2(n), triton.next_power_of_2(2 * n + n * n)
+
+
+def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps):
+    """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
+    (P, n, C) and fp32 phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate."""
+    positions, n, channels = streams.shape
+    out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
+    res = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
+    write = torch.empty(positions, n, dtype=torch.float32, device=streams.device)
+    grid, width, outputs = _meta(positions, n)
+    _forward_kernel[grid](streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, positions,
+                          n, channels, home, eps, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+    return out, res, write
+
+
+def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps):
+    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs."""
+    positions, n, channels = streams.shape
+    grid, width, outputs = _meta(positions, n)
+    grad_streams = torch.empty_like(streams)
+    phi_shares = torch.empty(grid[0], *phi.shape, dtype=torch.float32, device=streams.device)
+    small_shares = torch.empty(grid[0], 2 * n + n * n + 4, dtype=torch.float32, device=streams.device)
+    _backward_kernel[grid](grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
+                           grad_streams, phi_shares, small_shares, positions, n, channels, home, eps, N=width,
+                           K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+    small = small_shares.sum(0)
+    return (grad_streams, phi_shares.sum(0), small[:n], small[n:2 * n], small[2 * n:2 * n + n * n].view(n, n),
+            small[2 * n + n * n:2 * n + n * n + 3], small[-1])

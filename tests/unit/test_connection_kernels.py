@@ -1,0 +1,245 @@
+"""--connection-kernels: the fused operators (the streams' dynamic weights act(RMSNorm(x) W^T), a hyper-connection's
+read, mHC's read, its Sinkhorn-Knopp alone and with its blend, the streams' write, attention over depth's and MUDD's
+aggregates, the routing iterations) compute what their eager references
+do, values and gradients, alone and in models of their families (on the CPU the fused operators run the references
+and their written-out backwards inside; their Triton kernels are tests/unit/test_triton_kernels.py's)."""
+
+import pytest
+import torch
+
+from fairseq_capsagg.aggregators import (DepthAttention, DynamicRouting, EMRouting, HyperConnections,
+                                         ManifoldHyperConnections, MultiwayDynamicDense, sinkhorn)
+from fairseq_capsagg.aggregators.depth_softmax import depth_softmax
+from fairseq_capsagg.aggregators.dynamic_route import dynamic_route
+from fairseq_capsagg.aggregators.em_route import em_route
+from fairseq_capsagg.aggregators.hyper_read import hyper_read
+from fairseq_capsagg.aggregators.mhc_read import mhc_read
+from fairseq_capsagg.aggregators.mudd_aggregate import mudd_aggregate
+from fairseq_capsagg.aggregators.sinkhorn import mhc_mix
+from fairseq_capsagg.aggregators.norm_linear import norm_linear
+from fairseq_capsagg.aggregators.stream_write import stream_write
+from helpers import build_tiny_model, random_tokens
+
+# the fused backward sums its products in another order than autograd's
+TOLERANCE = dict(rtol=1e-5, atol=1e-6)
+TOLERANCE_BY_DTYPE = {torch.float32: dict(rtol=1e-4, atol=1e-5), torch.bfloat16: dict(rtol=1.6e-2, atol=1e-5)}
+
+
+def assert_close_at_precision(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> None:
+    """``got``, computed in ``dtype``, against the fp32 ``exact`` of the same (bf16-representable) inputs and
+    cotangents: in bf16 within 2^-7 of the tensor's scale, in fp32 to rounding."""
+    scale = dict(atol=1e-2 * exact.abs().max().item()) if dtype == torch.bfloat16 else {}
+    torch.testing.assert_close(got.float(), exact, **{**TOLERANCE_BY_DTYPE[dtype], **scale})
+
+
+def test_the_fused_sinkhorn_equals_the_eager_loop_with_its_gradient():
+    for shape in [(3, 2, 4, 4), (7, 5, 3, 3)]:
+        logits = (3 * torch.randn(shape, generator=torch.Generator().manual_seed(shape[0]))).requires_grad_()
+        weights = torch.randn(shape, generator=torch.Generator().manual_seed(1))
+        expected = sinkhorn(logits, kernel="eager")
+        (grad,) = torch.autograd.grad((expected * weights).sum(), logits)
+        got = sinkhorn(logits, kernel="fused")
+        (fused_grad,) = torch.autograd.grad((got * weights).sum(), logits)
+        assert got.is_contiguous() and got.dtype == torch.float32 and got.shape == shape
+        torch.testing.assert_close(got, expected, **TOLERANCE)
+        torch.testing.assert_close(fused_grad, grad, **TOLERANCE)
+
+
+@pytest.mark.parametrize("per_position", [True, False], ids=["dynamic weights", "static weights"])
+def test_the_fused_write_equals_the_reference_with_every_gradient(per_position):
+    generator = torch.Generator().manual_seed(3)
+    t, b, n, c = 5, 2, 4, 6
+    weights_shape = (t, b) if per_position else ()
+    inputs = [torch.randn(t, b, n, c, generator=generator), torch.randn(*weights_shape, n, n, generator=generator),
+              torch.randn(*weights_shape, n, generator=generator), torch.randn(t, b, c, generator=generator),
+              torch.randn(t, b, c, generator=generator)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        out = stream_write(*leaves, kernel=kernel)
+        out.backward(torch.ones_like(out) + out.detach())
+        results[kernel] = out.detach(), [leaf.grad for leaf in leaves]
+    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+    for fused, eager in zip(results["fused"][1], results["eager"][1]):
+        torch.testing.assert_close(fused, eager, **TOLERANCE)
+
+
+@pytest.mark.parametrize("tanh", [True, False])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_dynamic_weights_equal_the_reference_with_their_gradients(tanh, dtype):
+    generator = torch.Generator().manual_seed(7)
+    x = (3 * torch.randn(5, 2, 4, 12, generator=generator)).to(dtype)
+    weight = torch.randn(6, 12, generator=generator)
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = x.clone().requires_grad_(), weight.clone().requires_grad_()
+        out = norm_linear(*leaves, tanh=tanh, kernel=kernel)
+        out.backward(torch.cos(out.detach()))
+        results[kernel] = out.detach(), [leaf.grad for leaf in leaves]
+    assert results["fused"][0].dtype == torch.float32 and results["fused"][0].shape == (5, 2, 4, 6)
+    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+    for fused, eager in zip(results["fused"][1], results["eager"][1]):
+        assert fused.dtype == eager.dtype
+        # fp32 sums rounded once to the gradient's dtype: within an ulp of it (bf16: torch's own tolerance)
+        torch.testing.assert_close(fused, eager, **(TOLERANCE_BY_DTYPE[fused.dtype]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_hyper_read_equals_the_reference_with_every_gradient(dtype):
+    """In bf16 against the reference on the same values in fp32 (the operator computes in fp32 and rounds each
+    output once, where autograd's bf16 graph rounds every branch of the streams' gradient)."""
+    generator = torch.Generator().manual_seed(11)
+    n, c = 3, 10
+    inputs = [(2 * torch.randn(5, 2, n, c, generator=generator)).to(dtype), torch.randn(n + 2, c, generator=generator),
+              torch.randn(n, generator=generator), torch.randn(n, n, generator=generator),
+              torch.randn(n, generator=generator), torch.tensor(0.3), torch.tensor(-0.7)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
+        outputs = hyper_read(*leaves, kernel=kernel)
+        cotangents = [torch.randn(out.shape, generator=torch.Generator().manual_seed(out.dim())).to(dtype).float()
+                      for out in outputs]  # what reaches a bf16 output is bf16: the same values for both
+        sum((out.float() * cotangent).sum() for out, cotangent in zip(outputs, cotangents)).backward()
+        results[kernel] = outputs, [leaf.grad for leaf in leaves]
+    for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
+        assert fused.dtype == leaf.dtype
+        assert_close_at_precision(fused, eager, dtype)
+    for fused, eager in zip(results["fused"][0], results["eager"][0]):
+        assert fused.shape == eager.shape
+        assert_close_at_precision(fused, eager, dtype)
+    assert [out.dtype for out in results["fused"][0]] == [dtype, torch.float32, torch.float32]
+
+
+def test_the_fused_write_keeps_the_identity_start_exact():
+    """r = I, b = 1 and streams that are copies of h: every stream becomes exactly y, as in the reference."""
+    h, y = torch.randn(4, 3, 8), torch.randn(4, 3, 8)
+    streams = h.unsqueeze(2).expand(4, 3, 2, 8).contiguous()
+    out = stream_write(streams, torch.eye(2), torch.ones(2), h, y, kernel="fused")
+    assert torch.equal(out, y.unsqueeze(2).expand_as(out))
+
+
+@pytest.mark.parametrize("family,cls", [("hc", HyperConnections), ("mhc", ManifoldHyperConnections),
+                                        ("depthattn", DepthAttention), ("mudd", MultiwayDynamicDense),
+                                        ("emrouting", EMRouting), ("dynrouting", DynamicRouting)])
+def test_a_model_computes_what_the_eager_one_does_with_the_fused_kernels(family, cls):
+    eager, dictionary = build_tiny_model(f"transformer_{family}_base", ["--connection-kernels", "eager"])
+    fused, _ = build_tiny_model(f"transformer_{family}_base")
+    connections = [m for m in fused.modules() if isinstance(m, cls)]
+    assert connections and all(c.kernels == "fused" for c in connections)  # the default
+    generator = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # away from the start, where every H_res is the identity whatever Sinkhorn does
+        for name, p in eager.named_parameters():
+            if ".dense_connections." in name or ".aggregator." in name:
+                p.add_(0.5 * torch.randn(p.shape, generator=generator))
+    fused.load_state_dict(eager.state_dict())
+    src, prev = random_tokens(dictionary, [6, 3], seed=5), random_tokens(dictionary, [5, 5], seed=6, bos=True)
+    lengths = src.ne(dictionary.pad()).sum(1)
+    expected, got = eager(src, lengths, prev)[0], fused(src, lengths, prev)[0]
+    torch.testing.assert_close(got, expected, **TOLERANCE)
+    expected.pow(2).sum().backward()
+    got.pow(2).sum().backward()
+    # gradients that are zero but for rounding (the keys' biases) are compared on the model's gradient scale
+    atol = max(1e-5, 1e-6 * max(p.grad.abs().max().item() for p in eager.parameters()))
+    for (name, p), q in zip(eager.named_parameters(), fused.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=atol, msg=name)
+
+
+@pytest.mark.parametrize("query_shape", [(8,), (5, 2, 8)], ids=["static query", "dynamic query"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_depth_softmax_equals_the_reference_with_every_gradient(query_shape, dtype):
+    generator = torch.Generator().manual_seed(13)
+    inputs = [(2 * torch.randn(4, 5, 2, 8, generator=generator)).to(dtype), torch.randn(query_shape, generator=generator),
+              torch.tensor(0.7)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
+        out = depth_softmax(*leaves, kernel=kernel)
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(dtype).float()
+        (out.float() * cotangent).sum().backward()
+        results[kernel] = out, [leaf.grad for leaf in leaves]
+    assert results["fused"][0].dtype == dtype and results["fused"][0].shape == (5, 2, 8)
+    assert_close_at_precision(results["fused"][0], results["eager"][0], dtype)
+    for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
+        assert fused.dtype == leaf.dtype
+        assert_close_at_precision(fused, eager, dtype)
+
+
+@pytest.mark.parametrize("streams", [1, 4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_mudd_aggregate_equals_the_reference_with_every_gradient(streams, dtype):
+    generator = torch.Generator().manual_seed(17)
+    inputs = [(2 * torch.randn(3, 5, 2, 8, generator=generator)).to(dtype), torch.randn(6, 8, generator=generator),
+              torch.randn(streams * 3, 6, generator=generator), torch.randn(streams, 3, generator=generator)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
+        out = mudd_aggregate(*leaves, kernel=kernel)
+        cotangent = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(dtype).float()
+        (out.float() * cotangent).sum().backward()
+        results[kernel] = out, [leaf.grad for leaf in leaves]
+    assert results["fused"][0].dtype == dtype and results["fused"][0].shape == (streams, 5, 2, 8)
+    assert_close_at_precision(results["fused"][0], results["eager"][0], dtype)
+    for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
+        assert fused.dtype == leaf.dtype
+        assert_close_at_precision(fused, eager, dtype)
+
+
+def test_the_fused_depth_softmax_keeps_the_identity_start_exact():
+    layers = torch.randn(3, 4, 2, 8)
+    assert torch.equal(depth_softmax(layers, torch.randn(8), torch.tensor(0.0), kernel="fused"), layers[-1])
+
+
+@pytest.mark.parametrize("gate", [0.6, 1.4])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gate, dtype):
+    generator = torch.Generator().manual_seed(19)
+    n, c = 3, 6
+    inputs = [(2 * torch.randn(5, 2, n, c, generator=generator)).to(dtype),
+              torch.randn(2 * n + n * n, n * c, generator=generator), torch.randn(n, generator=generator),
+              torch.randn(n, generator=generator), torch.randn(n, n, generator=generator),
+              torch.randn(3, generator=generator), torch.tensor(gate)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
+        block_input, res_logits, write = mhc_read(*leaves, home=1, kernel=kernel)
+        outputs = (block_input, mhc_mix(res_logits, leaves[-1], kernel=kernel), write)
+        cotangents = [torch.randn(out.shape, generator=torch.Generator().manual_seed(out.dim())).to(dtype).float()
+                      for out in outputs]
+        sum((out.float() * cotangent).sum() for out, cotangent in zip(outputs, cotangents)).backward()
+        results[kernel] = outputs, [leaf.grad for leaf in leaves]
+    for fused, eager in zip(results["fused"][0], results["eager"][0]):
+        assert fused.shape == eager.shape
+        assert_close_at_precision(fused, eager, dtype)
+    for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
+        assert fused.dtype == leaf.dtype
+        assert_close_at_precision(fused, eager, dtype)
+
+
+@pytest.mark.parametrize("capsule_dim", [1, 4])
+def test_the_fused_em_routing_equals_the_loop_with_every_gradient(capsule_dim):
+    generator = torch.Generator().manual_seed(23)
+    inputs = [torch.randn(5, 2, 4, 8 // capsule_dim, capsule_dim, generator=generator),
+              torch.rand(5, 2, 4, generator=generator), torch.randn(8 // capsule_dim, generator=generator),
+              torch.randn(8 // capsule_dim, generator=generator)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        out = em_route(*leaves, 3, 1.0, kernel=kernel)
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
+        results[kernel] = out, [leaf.grad for leaf in leaves]
+    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+    for fused, eager in zip(results["fused"][1], results["eager"][1]):
+        torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("over_inputs", [False, True], ids=["softmax over outputs", "softmax over inputs"])
+def test_the_fused_dynamic_routing_equals_the_loop_with_its_gradient(over_inputs):
+    votes = 2 * torch.randn(5, 2, 4, 4, 2, generator=torch.Generator().manual_seed(29))
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaf = votes.clone().requires_grad_()
+        out = dynamic_route(leaf, 3, over_inputs, kernel=kernel)
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
+        results[kernel] = out, leaf.grad
+    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+    torch.testing.assert_close(results["fused"][1], results["eager"][1], rtol=1e-4, atol=1e-5)
