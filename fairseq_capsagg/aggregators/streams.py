@@ -94,14 +94,11 @@ class StreamConnection(LayerAggregator):
         weights = self.weights(streams)
         return self.read(streams, weights), weights[1:]
 
-    def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor,
-              block_output: Tensor) -> Tensor:
-        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C), with ``weights`` (r, b) (:mod:`.stream_write`)."""
-        return stream_write(streams, weights[0], weights[1], block_input, block_output, self.kernels)
-
-    def output(self, streams: Tensor) -> Tensor:
-        """The stack's state, sum_i readout_i H_i, (T, B, C) (the top block's connection holds the readout)."""
-        return (self.readout.to(streams.dtype).unsqueeze(-1) * streams).sum(-2)
+    def write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor, block_output: Tensor,
+              readout: Tensor) -> Tuple[Tensor, Tensor]:
+        """H'_j = b_j y + (sum_i r_ij H_i - b_j h), (T, B, n, C), with ``weights`` (r, b), and the stack's state after
+        it, sum_j readout_j H'_j, (T, B, C), with the top block connection's ``readout`` (:mod:`.stream_write`)."""
+        return stream_write(streams, weights[0], weights[1], block_input, block_output, readout, self.kernels)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         raise TypeError(f"{type(self).__name__} connects blocks through residual streams; it aggregates no layers")

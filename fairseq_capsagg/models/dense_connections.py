@@ -110,8 +110,9 @@ class ResidualStreams(nn.Module):
     def _write(self, index: int, block: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
         connection = self.connections[index]
         newest = output[0] if isinstance(output, tuple) else output
-        self.streams = connection.write(self.streams, self.weights, self.block_input, newest)
-        state = self.connections[-1].output(self.streams)  # the stack's one readout
+        # and the state after it, by the stack's one readout (the top block's connection holds it)
+        self.streams, state = connection.write(self.streams, self.weights, self.block_input, newest,
+                                               self.connections[-1].readout)
         if index == len(self.connections) - 1:
             self.streams = self.block_input = self.weights = None
         return (state, *output[1:]) if isinstance(output, tuple) else state

@@ -52,14 +52,16 @@ def test_the_fused_write_equals_the_reference_with_every_gradient(per_position):
     weights_shape = (t, b) if per_position else ()
     inputs = [torch.randn(t, b, n, c, generator=generator), torch.randn(*weights_shape, n, n, generator=generator),
               torch.randn(*weights_shape, n, generator=generator), torch.randn(t, b, c, generator=generator),
-              torch.randn(t, b, c, generator=generator)]
+              torch.randn(t, b, c, generator=generator), torch.randn(n, generator=generator)]
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [x.clone().requires_grad_() for x in inputs]
-        out = stream_write(*leaves, kernel=kernel)
-        out.backward(torch.ones_like(out) + out.detach())
-        results[kernel] = out.detach(), [leaf.grad for leaf in leaves]
-    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+        out, state = stream_write(*leaves, kernel=kernel)
+        (out * (1 + out.detach())).sum().backward(retain_graph=True)
+        (state * torch.cos(state.detach())).sum().backward()
+        results[kernel] = (out.detach(), state.detach()), [leaf.grad for leaf in leaves]
+    for fused, eager in zip(results["fused"][0], results["eager"][0]):
+        torch.testing.assert_close(fused, eager, **TOLERANCE)
     for fused, eager in zip(results["fused"][1], results["eager"][1]):
         torch.testing.assert_close(fused, eager, **TOLERANCE)
 
@@ -111,11 +113,12 @@ def test_the_fused_hyper_read_equals_the_reference_with_every_gradient(dtype):
 
 
 def test_the_fused_write_keeps_the_identity_start_exact():
-    """r = I, b = 1 and streams that are copies of h: every stream becomes exactly y, as in the reference."""
+    """r = I, b = 1, streams that are copies of h and a one-hot readout: every stream and the state become exactly
+    y, as in the reference."""
     h, y = torch.randn(4, 3, 8), torch.randn(4, 3, 8)
     streams = h.unsqueeze(2).expand(4, 3, 2, 8).contiguous()
-    out = stream_write(streams, torch.eye(2), torch.ones(2), h, y, kernel="fused")
-    assert torch.equal(out, y.unsqueeze(2).expand_as(out))
+    out, state = stream_write(streams, torch.eye(2), torch.ones(2), h, y, torch.tensor([0.0, 1.0]), kernel="fused")
+    assert torch.equal(out, y.unsqueeze(2).expand_as(out)) and torch.equal(state, y)
 
 
 @pytest.mark.parametrize("family,cls", [("hc", HyperConnections), ("mhc", ManifoldHyperConnections),

@@ -74,7 +74,7 @@ def test_a_block_matches_the_papers_loop(cls, dynamic):
     weights = connection.weights(streams)
     h = connection.read(streams, weights)
     y = h + block(h)  # a pre-norm block: its input plus its sublayers
-    got = connection.write(streams, weights[1:], h, y)
+    got, _ = connection.write(streams, weights[1:], h, y, torch.ones(3))
     torch.testing.assert_close(got.double(), loop_reference(connection, streams, lambda x: x + block(x)),
                                rtol=1e-5, atol=1e-5)
 
@@ -110,7 +110,7 @@ def test_the_gate_learns_from_its_start_and_from_below_its_clamp(start):
     streams = torch.randn(3, 2, 2, 8)
     weights = connection.weights(streams)
     h = connection.read(streams, weights)
-    connection.write(streams, weights[1:], h, h + 1.0).pow(2).sum().backward()
+    connection.write(streams, weights[1:], h, h + 1.0, torch.ones(2))[0].pow(2).sum().backward()
     assert connection.gate.grad is not None and connection.gate.grad.abs() > 0
 
 
@@ -194,7 +194,10 @@ def test_the_readout_of_the_last_block_is_the_stacks_output():
     connections = build_dense_connections("hyper-connections", 8, 3, {"residual_streams": 2})
     assert [c.num_streams for c in connections] == [2, 2, 2]
     streams = torch.randn(3, 2, 2, 8)
-    torch.testing.assert_close(connections[-1].output(streams), streams[:, :, 0])  # one-hot on stream 0
+    mix, write = torch.eye(2), torch.ones(2)
+    h = torch.randn(3, 2, 8)
+    written, state = connections[-1].write(streams, (mix, write), h, h + 1.0, connections[-1].readout)
+    torch.testing.assert_close(state, written[:, :, 0])  # one-hot on stream 0
 
 
 @pytest.mark.parametrize("flags,message", [
