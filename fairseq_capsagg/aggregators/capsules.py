@@ -153,7 +153,7 @@ class CapsuleRouting(LayerAggregator):
         capsule_rank: int = 0,
         compile_routing: bool = False,
         routing_init: str = "random",
-        kernels: str = "fused",
+        kernels: str = "auto",
     ):
         super().__init__(embed_dim, num_layers)
         self.compile_routing = compile_routing

@@ -59,7 +59,7 @@ class DepthAttention(LayerAggregator):
         query = embed_dim * embed_dim if settings.depth_attention_query == "dynamic" else 0
         return 3 * num_layers * embed_dim + query
 
-    def __init__(self, embed_dim: int, num_layers: int, query: str = "static", kernels: str = "fused"):
+    def __init__(self, embed_dim: int, num_layers: int, query: str = "static", kernels: str = "auto"):
         super().__init__(embed_dim, num_layers)
         self.query_kind = query
         self.kernels = kernels
@@ -87,6 +87,6 @@ class DepthAttention(LayerAggregator):
         return self.mixing(layers).permute(1, 2, 0).unsqueeze(2)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        """sum_l w_l H^l with w = :meth:`mixing`, one operator each way with ``--connection-kernels fused``: at
-        g = 0 exactly H^L."""
+        """sum_l w_l H^l with w = :meth:`mixing`, one fused operator each way where ``--connection-kernels`` runs
+        it (:mod:`.depth_softmax`): at g = 0 exactly H^L."""
         return depth_softmax(layers, self.query_of(layers), self.gate, self.kernels)

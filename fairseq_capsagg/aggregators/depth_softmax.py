@@ -9,7 +9,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 from .normalisation import RMS_EPS
 
 
@@ -94,10 +94,10 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
 _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
-def depth_softmax(layers: Tensor, query: Tensor, gate: Tensor, kernel: str = "fused") -> Tensor:
-    """:func:`aggregate_reference` by the implementation ``kernel`` (``fused`` or ``eager``) for layers
+def depth_softmax(layers: Tensor, query: Tensor, gate: Tensor, kernel: str = "auto") -> Tensor:
+    """:func:`aggregate_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`) for layers
     (L, ..., C) and a query (C) or (..., C)."""
-    if kernel != "fused":
+    if not runs_fused(kernel, layers):
         return aggregate_reference(layers, query, gate)
     num_layers, channels = layers.size(0), layers.size(-1)
     positions = layers[0].numel() // channels

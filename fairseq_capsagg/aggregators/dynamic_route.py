@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from .capsules import ROUTING_EPS, squash
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 
 
 def routing_iterations(votes: Tensor, iterations: int, over_inputs: bool,
@@ -109,10 +109,10 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], None, None]:
 _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
-def dynamic_route(votes: Tensor, iterations: int, over_inputs: bool, kernel: str = "fused") -> Tensor:
-    """:func:`routing_iterations` by the implementation ``kernel`` (``fused`` or ``eager``), for fp32 votes
+def dynamic_route(votes: Tensor, iterations: int, over_inputs: bool, kernel: str = "auto") -> Tensor:
+    """:func:`routing_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for fp32 votes
     (..., L, N, D): the output capsules (..., N, D)."""
-    if kernel != "fused":
+    if not runs_fused(kernel, votes):
         return routing_iterations(votes, iterations, over_inputs)
     out = _fused(votes.reshape(-1, *votes.shape[-3:]).contiguous(), iterations, over_inputs)
     return out.view(*votes.shape[:-3], *votes.shape[-2:])

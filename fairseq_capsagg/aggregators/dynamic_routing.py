@@ -32,9 +32,10 @@ class DynamicRouting(CapsuleRouting):
     (Eq. 7), Omega_n = squash(S_n) (Eq. 6), B_{l->n} += Omega_n . V_{l->n}.
     The output is the concatenation [Omega_1; ...; Omega_N] of width d. The
     last iteration's logit update is skipped because nothing reads it. The
-    iterations are :mod:`.dynamic_route`'s: one fused operator each way with
-    ``--connection-kernels fused`` (the default), the eager loop with
-    ``eager``, under ``--compile-routing`` and while the agreement is captured.
+    iterations are :mod:`.dynamic_route`'s: one fused operator each way where
+    ``--connection-kernels`` runs it (on CUDA by default), else the eager loop,
+    which also runs under ``--compile-routing`` and while the agreement is
+    captured.
 
     With ``routing_softmax='input'`` (not the paper's) the softmax of Eq. 10
     runs over the L input capsules instead, so each output capsule receives a

@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .capsules import ROUTING_EPS
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 
 #: Floor of the per-dimension variance (sigma_n^h)^2 of Eq. 14.
 VARIANCE_FLOOR = 1e-4
@@ -176,10 +176,10 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
 def em_route(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, iterations: int,
-             inverse_temperature: float, kernel: str = "fused") -> Tensor:
-    """:func:`em_iterations` by the implementation ``kernel`` (``fused`` or ``eager``), for fp32 votes
+             inverse_temperature: float, kernel: str = "auto") -> Tensor:
+    """:func:`em_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for fp32 votes
     (..., L, N, D) and input activations (..., L): the output capsules (..., N, D)."""
-    if kernel != "fused":
+    if not runs_fused(kernel, votes):
         return em_iterations(votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
     batch = votes.shape[:-3]
     out = _fused(votes.reshape(-1, *votes.shape[-3:]).contiguous(),

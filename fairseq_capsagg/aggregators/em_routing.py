@@ -39,9 +39,10 @@ class EMRouting(CapsuleRouting):
     * Output Omega_n = A^Omega_n * mu_n, concatenated over n. The last E-step
       is skipped because its C is never read.
 
-    The iterations are :mod:`.em_route`'s: one fused operator each way with
-    ``--connection-kernels fused`` (the default), the eager loop with ``eager``,
-    under ``--compile-routing`` and while the agreement is captured.
+    The iterations are :mod:`.em_route`'s: one fused operator each way where
+    ``--connection-kernels`` runs it (on CUDA by default), else the eager loop,
+    which also runs under ``--compile-routing`` and while the agreement is
+    captured.
 
     :attr:`input_activations` (T, B, L) and :attr:`output_activations` (one
     (T, B, N) tensor per iteration) are recorded with the agreement when
@@ -70,7 +71,7 @@ class EMRouting(CapsuleRouting):
 
     def __init__(self, embed_dim: int, num_layers: int, output_capsules: int, routing_iters: int,
                  capsule_input: str = "all", capsule_rank: int = 0, compile_routing: bool = False,
-                 routing_init: str = "random", inverse_temperature: float = 1.0, kernels: str = "fused"):
+                 routing_init: str = "random", inverse_temperature: float = 1.0, kernels: str = "auto"):
         super().__init__(embed_dim, num_layers, output_capsules, routing_iters, capsule_input, capsule_rank,
                          compile_routing, routing_init, kernels)
         self.inverse_temperature = inverse_temperature

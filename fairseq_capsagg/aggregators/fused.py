@@ -12,8 +12,9 @@ from torch import Tensor
 
 from .settings import Settings, setting
 
-#: The implementations of ``--connection-kernels``: the fused operators, or the eager references.
-KERNELS = ("fused", "eager")
+#: The implementations of ``--connection-kernels``: the fused operators where their Triton kernels run (auto), the
+#: fused operators everywhere (on a CPU: the references inside one operator each way), or the eager references.
+KERNELS = ("auto", "fused", "eager")
 
 
 @dataclass
@@ -21,17 +22,28 @@ class KernelSettings(Settings):
     """The setting of every family with fused operators."""
 
     connection_kernels: str = setting(
-        "fused", "routing, depth attention, MUDD, hyper-connections, mHC: the routing iterations and each "
-                 "connection's weights, read and write as a few fused operators each way (fused: a Triton kernel "
-                 "each on CUDA, the eager reference inside the operator elsewhere) or as the eager references "
-                 "(eager: tens of kernels a connection); the same values", choices=KERNELS)
+        "auto", "routing, depth attention, MUDD, hyper-connections, mHC: the routing iterations and each "
+                 "connection's weights, read and write as a few fused operators each way, a Triton kernel each "
+                 "(auto: on CUDA with Triton, the eager references elsewhere; fused: everywhere, on a CPU the "
+                 "references inside the operators) or as the eager references (eager: tens of kernels a "
+                 "connection); the same values", choices=KERNELS)
+
+
+@functools.cache
+def _triton_installed() -> bool:
+    return importlib.util.find_spec("triton") is not None
 
 
 @functools.cache
 def _module(name: str) -> Optional[ModuleType]:
-    if importlib.util.find_spec("triton") is None:
-        return None
-    return importlib.import_module(f"{__package__}.{name}")
+    return importlib.import_module(f"{__package__}.{name}") if _triton_installed() else None
+
+
+def runs_fused(kernel: str, tensor: Tensor) -> bool:
+    """Whether ``--connection-kernels`` ``kernel`` runs the fused operator on ``tensor``: with ``fused`` always,
+    with ``eager`` never, with ``auto`` where its Triton kernel runs (a CUDA tensor, Triton installed): on a CPU
+    the eager references are faster than the operators, which run them inside and their backward written out."""
+    return kernel == "fused" or (kernel == "auto" and tensor.is_cuda and _triton_installed())
 
 
 def triton_kernels(name: str, tensor: Tensor) -> Optional[ModuleType]:

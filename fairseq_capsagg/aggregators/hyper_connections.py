@@ -9,6 +9,7 @@ from .hyper_read import hyper_read
 from .norm_linear import norm_linear
 from .registry import register_aggregator
 from .streams import StreamConnection, StreamSettings
+from .fused import runs_fused
 
 
 @register_aggregator
@@ -29,7 +30,7 @@ class HyperConnections(StreamConnection):
     label = "Hyper-connections"
 
     def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
-                 kernels: str = "fused"):
+                 kernels: str = "auto"):
         super().__init__(embed_dim, num_streams, home, dynamic, last, kernels)
         read = torch.zeros(num_streams)
         read[home] = 1.0
@@ -72,9 +73,9 @@ class HyperConnections(StreamConnection):
 
     def read_with_weights(self, streams: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """With dynamic weights, :meth:`weights` and :meth:`read` as one operator each way (:mod:`.hyper_read`)."""
-        if not self.dynamic or self.kernels != "fused":
+        if not self.dynamic or not runs_fused(self.kernels, streams):
             return super().read_with_weights(streams)
         projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight])
         block_input, mix, write = hyper_read(streams, projection, self.static_read, self.static_mix,
-                                             self.static_write, self.read_mix_scale, self.write_scale)
+                                             self.static_write, self.read_mix_scale, self.write_scale, self.kernels)
         return block_input, (mix, write)

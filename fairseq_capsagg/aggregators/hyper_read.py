@@ -12,7 +12,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 from .norm_linear import norm_linear_reference
 from .normalisation import RMS_EPS
 
@@ -111,10 +111,10 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
 def hyper_read(streams: Tensor, projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor,
-               read_mix_scale: Tensor, write_scale: Tensor, kernel: str = "fused") -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`read_reference` by the implementation ``kernel`` (``fused`` or ``eager``), for streams (..., n, C):
+               read_mix_scale: Tensor, write_scale: Tensor, kernel: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`read_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for streams (..., n, C):
     h (..., C), r (..., n, n) and b (..., n)."""
-    if kernel != "fused":
+    if not runs_fused(kernel, streams):
         return read_reference(streams, projection, static_read, static_mix, static_write, read_mix_scale,
                               write_scale)
     n, channels = streams.shape[-2:]

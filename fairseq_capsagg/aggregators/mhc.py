@@ -11,6 +11,7 @@ from .norm_linear import norm_linear
 from .registry import register_aggregator
 from .sinkhorn import SINKHORN_ITERATIONS, mhc_mix, sinkhorn
 from .streams import StreamConnection, StreamSettings
+from .fused import runs_fused
 
 #: Logits of the start: H_res's 6 on the diagonal and -3 elsewhere, H_pre's +4 on the block's own stream
 #: and -4 elsewhere, H_post's 0 (2 sigmoid(0) = 1); what the weights move towards as the gate opens.
@@ -39,7 +40,7 @@ class ManifoldHyperConnections(StreamConnection):
     label = "mHC"
 
     def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
-                 kernels: str = "fused"):
+                 kernels: str = "auto"):
         super().__init__(embed_dim, num_streams, home, dynamic, last, kernels)
         n = num_streams
         self.home_stream = home  # the fused read's argument (an int: no tensor to read back from a GPU)
@@ -102,8 +103,9 @@ class ManifoldHyperConnections(StreamConnection):
         """With dynamic weights, the logits, H_pre, H_post and the read as one operator each way
         (:mod:`.mhc_read`), and H_res from its logits, Sinkhorn-Knopp and the blend as another
         (:func:`.sinkhorn.mhc_mix`)."""
-        if not self.dynamic or self.kernels != "fused":
+        if not self.dynamic or not runs_fused(self.kernels, streams):
             return super().read_with_weights(streams)
         block_input, res_logits, write = mhc_read(streams, self.phi.weight, self.pre_logits, self.post_logits,
-                                                  self.res_logits, self.alpha, self.gate, self.home_stream)
-        return block_input, (mhc_mix(res_logits, self.gate), write)
+                                                  self.res_logits, self.alpha, self.gate, self.home_stream,
+                                                  self.kernels)
+        return block_input, (mhc_mix(res_logits, self.gate, kernel=self.kernels), write)

@@ -14,7 +14,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 from .norm_linear import norm_linear_reference
 from .normalisation import RMS_EPS
 
@@ -133,10 +133,10 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
 def mhc_read(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor,
-             alpha: Tensor, gate: Tensor, home: int, kernel: str = "fused") -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`read_reference` by the implementation ``kernel`` (``fused`` or ``eager``), for streams (..., n, C):
+             alpha: Tensor, gate: Tensor, home: int, kernel: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`read_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for streams (..., n, C):
     h (..., C), H_res's logits (..., n, n) and H_post (..., n)."""
-    if kernel != "fused":
+    if not runs_fused(kernel, streams):
         return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home)
     n, channels = streams.shape[-2:]
     batch = streams.shape[:-2]

@@ -80,7 +80,7 @@ class MultiwayDynamicDense(LayerAggregator):
                                      1 if block == num_blocks - 1 else len(MULTIWAY_STREAMS))
                    for block in range(num_blocks))
 
-    def __init__(self, embed_dim: int, num_layers: int, hidden_dim: int, streams: int = 1, kernels: str = "fused"):
+    def __init__(self, embed_dim: int, num_layers: int, hidden_dim: int, streams: int = 1, kernels: str = "auto"):
         super().__init__(embed_dim, num_layers)
         self.streams = streams
         self.kernels = kernels

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 from .normalisation import RMS_EPS, rms_normalise
 
 
@@ -90,10 +90,10 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
 _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
-def mudd_aggregate(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, kernel: str = "fused") -> Tensor:
-    """:func:`aggregate_reference` by the implementation ``kernel`` (``fused`` or ``eager``) for layers
+def mudd_aggregate(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, kernel: str = "auto") -> Tensor:
+    """:func:`aggregate_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`) for layers
     (L, ..., C): Omega (S, ..., C)."""
-    if kernel != "fused":
+    if not runs_fused(kernel, layers):
         return aggregate_reference(layers, fc1, fc2, static)
     num_layers, channels = layers.size(0), layers.size(-1)
     flat = layers.reshape(num_layers, -1, channels).contiguous()

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 from .normalisation import RMS_EPS, rms_normalise
 
 
@@ -65,9 +65,9 @@ def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
 _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
-def norm_linear(x: Tensor, weight: Tensor, tanh: bool, kernel: str = "fused") -> Tensor:
-    """:func:`norm_linear_reference` by the implementation ``kernel`` (``fused`` or ``eager``)."""
-    if kernel != "fused":
+def norm_linear(x: Tensor, weight: Tensor, tanh: bool, kernel: str = "auto") -> Tensor:
+    """:func:`norm_linear_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`)."""
+    if not runs_fused(kernel, x):
         return norm_linear_reference(x, weight, tanh)
     rows = x.reshape(-1, x.size(-1)).contiguous()
     return _fused(rows, weight.float().contiguous(), tanh).view(*x.shape[:-1], weight.size(0))

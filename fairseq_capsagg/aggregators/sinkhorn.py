@@ -1,10 +1,12 @@
-"""Sinkhorn-Knopp for mHC's H_res: the eager loop (the reference) or one fused operator each way.
+"""Sinkhorn-Knopp for mHC's H_res, alone or with mHC's blend from the identity: the eager loop (the reference) or
+one fused operator each way.
 
-``--connection-kernels`` picks the implementation; both compute the same matrices and gradients:
+``--connection-kernels`` picks the implementation (:func:`.fused.runs_fused`); both compute the same matrices and
+gradients:
 
-* ``fused`` (default): ``capsagg::sinkhorn`` and its backward; on CUDA with Triton one kernel each
+* fused: ``capsagg::sinkhorn`` or ``capsagg::mhc_mix`` and its backward; on CUDA with Triton one kernel each
   (:mod:`.sinkhorn_triton`), elsewhere the eager loop (and :func:`reference_backward`) inside the operator;
-* ``eager``: the loop of :func:`sinkhorn_reference`, 2T log-sum-exps of small tensors (hundreds of kernels a
+* eager: the loop of :func:`sinkhorn_reference`, 2T log-sum-exps of small tensors (hundreds of kernels a
   block on a GPU).
 """
 
@@ -13,7 +15,7 @@ from typing import Tuple
 import torch
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 from .mhc_read import clamped_gate
 
 #: Sinkhorn-Knopp iterations of H_res (the paper's).
@@ -101,9 +103,11 @@ def sinkhorn_fused(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Ten
         return _fused(flat, iterations).view(shape)
 
 
-def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "fused") -> Tensor:
-    """Sinkhorn-Knopp by the implementation ``kernel`` (``fused`` or ``eager``; the same values)."""
-    return sinkhorn_fused(logits, iterations) if kernel == "fused" else sinkhorn_reference(logits, iterations)
+def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "auto") -> Tensor:
+    """Sinkhorn-Knopp by the implementation ``kernel`` (:func:`.fused.runs_fused`; the same values)."""
+    if runs_fused(kernel, logits):
+        return sinkhorn_fused(logits, iterations)
+    return sinkhorn_reference(logits, iterations)
 
 
 def mix_reference(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
@@ -161,10 +165,10 @@ def _mix_backward(ctx, grad: Tensor) -> Tuple[Tensor, Tensor, None]:
 _mix_fused.register_autograd(_mix_backward, setup_context=_mix_setup_context)
 
 
-def mhc_mix(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "fused") -> Tensor:
-    """:func:`mix_reference` by the implementation ``kernel``: with ``fused`` Sinkhorn-Knopp and the blend as one
-    operator each way (``capsagg::mhc_mix``)."""
-    if kernel != "fused":
+def mhc_mix(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "auto") -> Tensor:
+    """:func:`mix_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`): fused, Sinkhorn-Knopp and
+    the blend as one operator each way (``capsagg::mhc_mix``)."""
+    if not runs_fused(kernel, logits):
         return mix_reference(logits, gate, iterations)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         shape = logits.shape

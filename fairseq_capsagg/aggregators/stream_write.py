@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from .fused import triton_kernels
+from .fused import runs_fused, triton_kernels
 
 
 def write_reference(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor) -> Tensor:
@@ -107,9 +107,9 @@ def write_fused(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor
 
 
 def stream_write(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
-                 readout: Tensor, kernel: str = "fused") -> Tuple[Tensor, Tensor]:
-    """H' and the state sum_j o_j H'_j by the implementation ``kernel`` (``fused`` or ``eager``; the same values)."""
-    if kernel == "fused":
+                 readout: Tensor, kernel: str = "auto") -> Tuple[Tensor, Tensor]:
+    """H' and the state sum_j o_j H'_j by the implementation ``kernel`` (:func:`.fused.runs_fused`; the same values)."""
+    if runs_fused(kernel, streams):
         return write_fused(streams, mix, write, block_input, block_output, readout)
     out = write_reference(streams, mix, write, block_input, block_output)
     return out, readout_reference(out, readout)

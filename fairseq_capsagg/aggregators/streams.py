@@ -64,7 +64,7 @@ class StreamConnection(LayerAggregator):
         return {"kernels": settings.connection_kernels}
 
     def __init__(self, embed_dim: int, num_streams: int, home: int = 0, dynamic: bool = True, last: bool = True,
-                 kernels: str = "fused"):
+                 kernels: str = "auto"):
         super().__init__(embed_dim, 1)
         self.num_streams = num_streams
         self.dynamic = dynamic

@@ -6,12 +6,14 @@ and their written-out backwards inside; their Triton kernels are tests/unit/test
 
 import pytest
 import torch
+from kernels import KernelCounter  # benchmarks/, on the path from tests/conftest.py
 
 from fairseq_capsagg.aggregators import (DepthAttention, DynamicRouting, EMRouting, HyperConnections,
                                          ManifoldHyperConnections, MultiwayDynamicDense, sinkhorn)
 from fairseq_capsagg.aggregators.depth_softmax import depth_softmax
 from fairseq_capsagg.aggregators.dynamic_route import dynamic_route
 from fairseq_capsagg.aggregators.em_route import em_route
+from fairseq_capsagg.aggregators.fused import runs_fused
 from fairseq_capsagg.aggregators.hyper_read import hyper_read
 from fairseq_capsagg.aggregators.mhc_read import mhc_read
 from fairseq_capsagg.aggregators.mudd_aggregate import mudd_aggregate
@@ -121,14 +123,20 @@ def test_the_fused_write_keeps_the_identity_start_exact():
     assert torch.equal(out, y.unsqueeze(2).expand_as(out)) and torch.equal(state, y)
 
 
+#: The forward operators each family runs with --connection-kernels fused.
+FUSED_OPS = {"hc": {"capsagg.hyper_read", "capsagg.stream_write"},
+             "mhc": {"capsagg.mhc_read", "capsagg.mhc_mix", "capsagg.stream_write"},
+             "depthattn": {"capsagg.depth_softmax"}, "mudd": {"capsagg.mudd_aggregate"},
+             "emrouting": {"capsagg.em_route"}, "dynrouting": {"capsagg.dynamic_route"}}
+
+
 @pytest.mark.parametrize("family,cls", [("hc", HyperConnections), ("mhc", ManifoldHyperConnections),
                                         ("depthattn", DepthAttention), ("mudd", MultiwayDynamicDense),
                                         ("emrouting", EMRouting), ("dynrouting", DynamicRouting)])
 def test_a_model_computes_what_the_eager_one_does_with_the_fused_kernels(family, cls):
     eager, dictionary = build_tiny_model(f"transformer_{family}_base", ["--connection-kernels", "eager"])
-    fused, _ = build_tiny_model(f"transformer_{family}_base")
-    connections = [m for m in fused.modules() if isinstance(m, cls)]
-    assert connections and all(c.kernels == "fused" for c in connections)  # the default
+    fused, _ = build_tiny_model(f"transformer_{family}_base", ["--connection-kernels", "fused"])
+    assert {c.kernels for c in fused.modules() if isinstance(c, cls)} == {"fused"}
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():  # away from the start, where every H_res is the identity whatever Sinkhorn does
         for name, p in eager.named_parameters():
@@ -137,7 +145,11 @@ def test_a_model_computes_what_the_eager_one_does_with_the_fused_kernels(family,
     fused.load_state_dict(eager.state_dict())
     src, prev = random_tokens(dictionary, [6, 3], seed=5), random_tokens(dictionary, [5, 5], seed=6, bos=True)
     lengths = src.ne(dictionary.pad()).sum(1)
-    expected, got = eager(src, lengths, prev)[0], fused(src, lengths, prev)[0]
+    with KernelCounter() as counter:
+        got = fused(src, lengths, prev)[0]
+    expected = eager(src, lengths, prev)[0]
+    fused_ops = {name for name in counter.counts if name.startswith("capsagg.")}
+    assert fused_ops == FUSED_OPS[family]  # every part of the family that has an operator runs it
     torch.testing.assert_close(got, expected, **TOLERANCE)
     expected.pow(2).sum().backward()
     got.pow(2).sum().backward()
@@ -246,3 +258,16 @@ def test_the_fused_dynamic_routing_equals_the_loop_with_its_gradient(over_inputs
         results[kernel] = out, leaf.grad
     torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
     torch.testing.assert_close(results["fused"][1], results["eager"][1], rtol=1e-4, atol=1e-5)
+
+
+def test_by_default_the_fused_operators_run_where_their_triton_kernels_do():
+    """``auto``: on CUDA with Triton; on a CPU the eager references, faster there than the operators that run them
+    inside with their backward written out."""
+    cpu = torch.zeros(1)
+    assert runs_fused("fused", cpu) and not runs_fused("eager", cpu) and not runs_fused("auto", cpu)
+    model, dictionary = build_tiny_model("transformer_hc_base")
+    assert {c.kernels for c in model.modules() if isinstance(c, HyperConnections)} == {"auto"}
+    src = random_tokens(dictionary, [4, 3], seed=1)
+    with KernelCounter() as counter:
+        model(src, src.ne(dictionary.pad()).sum(1), random_tokens(dictionary, [3, 3], seed=2, bos=True))
+    assert not any(name.startswith("capsagg.") for name in counter.counts)

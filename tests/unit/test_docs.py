@@ -118,15 +118,15 @@ KERNEL_ROWS = {"Transformer": ("baseline", "kernels-cpu"), "linear combination":
                "dynamic combination": ("dyncomb", "kernels-cpu"),
                **{f"{label}, {kind}": (system, run)
                   for label, system in (("dynamic routing", "dynrouting"), ("EM routing", "emrouting"))
-                  for kind, run in (("fused (default)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))},
+                  for kind, run in (("fused (default on CUDA)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))},
                "DWA": ("dwa", "kernels-cpu"),
                **{f"{label}, {kind}": (system, run)
                   for label, system in (("attention over depth", "depthattn"), ("MUDD", "mudd"))
-                  for kind, run in (("fused (default)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))},
+                  for kind, run in (("fused (default on CUDA)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))},
                "DLCL": ("dlcl", "kernels-cpu"),
                **{f"{label}, {kind}": (system, run)
                   for label, system in (("hyper-connections", "hc"), ("mHC", "mhc"))
-                  for kind, run in (("fused (default)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))}}
+                  for kind, run in (("fused (default on CUDA)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))}}
 
 
 def test_the_kernel_counts_are_what_the_benchmark_published():
