@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from .capsules import ROUTING_EPS
+from .fused import warps
 
 
 @triton.jit
@@ -105,9 +106,11 @@ def _backward_kernel(grad_ptr, votes_ptr, grad_votes_ptr, num_layers, capsules, 
 
 
 def _meta(votes: torch.Tensor, over_inputs: bool):
+    """The padded sizes, and the warps for a position's whole L x N x D tile."""
     _, num_layers, capsules, capsule_dim = votes.shape
-    return dict(OVER_INPUTS=over_inputs, L=triton.next_power_of_2(num_layers), N=triton.next_power_of_2(capsules),
-                D=triton.next_power_of_2(capsule_dim))
+    sizes = dict(L=triton.next_power_of_2(num_layers), N=triton.next_power_of_2(capsules),
+                 D=triton.next_power_of_2(capsule_dim))
+    return dict(sizes, OVER_INPUTS=over_inputs, num_warps=warps(sizes["L"] * sizes["N"] * sizes["D"]))
 
 
 def forward(votes: torch.Tensor, iterations: int, over_inputs: bool) -> torch.Tensor:

@@ -15,6 +15,7 @@ import triton
 import triton.language as tl
 
 from .em_route import HALF_LOG_2PI, ROUTING_EPS, VARIANCE_FLOOR
+from .fused import warps
 
 
 @triton.jit
@@ -161,9 +162,11 @@ def _backward_kernel(grad_ptr, votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, grad
 
 
 def _meta(votes: torch.Tensor):
+    """The padded sizes, and the warps for a position's whole L x N x D tile."""
     _, num_layers, capsules, capsule_dim = votes.shape
-    return dict(L=triton.next_power_of_2(num_layers), N=triton.next_power_of_2(capsules),
-                D=triton.next_power_of_2(capsule_dim))
+    sizes = dict(L=triton.next_power_of_2(num_layers), N=triton.next_power_of_2(capsules),
+                 D=triton.next_power_of_2(capsule_dim))
+    return dict(sizes, num_warps=warps(sizes["L"] * sizes["N"] * sizes["D"]))
 
 
 def forward(votes: torch.Tensor, input_act: torch.Tensor, beta_a: torch.Tensor, beta_mu: torch.Tensor,

@@ -50,3 +50,9 @@ def triton_kernels(name: str, tensor: Tensor) -> Optional[ModuleType]:
     """This package's module ``name`` of Triton kernels for ``tensor``: None on a CPU (the operator runs its eager
     reference) or without Triton."""
     return _module(name) if tensor.is_cuda else None
+
+
+def warps(tile: int) -> int:
+    """Warps for a program that holds ``tile`` values of one position at once (the routing kernels), as the Triton
+    tutorials' row softmax: more warps for wider tiles, so that fewer registers spill."""
+    return 16 if tile >= 4096 else 8 if tile >= 2048 else 4

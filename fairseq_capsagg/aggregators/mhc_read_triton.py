@@ -4,7 +4,7 @@ Per position, with the n streams H (n x C) read as one row of n C: D = RMSNorm(H
 pre, post and res, H_pre = e_home + g (sigmoid(pre) - e_home), H_post = 1 + g (2 sigmoid(post) - 1) and
 h = sum_i H_pre,i H_i, in fp32 whatever the streams' precision. Each program holds ``BLOCK_P`` positions and walks
 their C channels in chunks of ``BLOCK_C``, every stream at once: the forward reads the streams twice (their RMS
-and projections, then the read), the backward three times (the logits and the read's gradient, RMSNorm's mean,
+and projections, then the read), the backward four times (the logits, the read's gradient, RMSNorm's mean,
 the streams' gradient). n and 2n + n^2 are padded to powers of two with zeros. The backward writes, per program,
 its share of the gradients of phi, the static logits, alpha and the gate (summed afterwards), so that no two
 programs add into the same memory.
