@@ -145,6 +145,22 @@ def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_referen
     assert "| scratch-dwa-s1 | + DenseFormer DWA | 20 |" in markdown and "Test split at the last update" in markdown
     assert payload["config"]["update_cap"] == QUICK["update_cap"] and "patience_updates" not in payload["config"]
 
+    # a row another machine trained and published stays in the table this work directory publishes
+    payload["results"]["scratch-hc-s1"] = {**row, "name": "scratch-hc-s1", "system": "hc"}
+    (tmp_path / "out" / "compute-equivalence.json").write_text(json.dumps(payload))
+    common = ["--quick", "--table", "compute-equivalence", "--systems", "dwa,hc", "--workdir", str(tmp_path / "work"),
+              "--reference-curve", str(runs[0]), "--reference-curve", str(runs[1])]
+    table1(*common, "--report-only", "--publish", str(tmp_path / "out"))
+    merged = json.loads((tmp_path / "out" / "compute-equivalence.json").read_text())
+    assert set(merged["results"]) == {"scratch-dwa-s1", "scratch-hc-s1"}
+    assert set(merged["compute_equivalence"]["rows"]) == {"scratch-dwa-s1", "scratch-hc-s1"}
+    # but not one of other settings
+    merged["config"]["lr"] = 1.0
+    (tmp_path / "out" / "compute-equivalence.json").write_text(json.dumps(merged))
+    refused = table1(*common, "--report-only", "--publish", str(tmp_path / "out"), check=False)
+    assert refused.returncode == 2 and "--publish: " in refused.stderr and "holds rows of other settings" in \
+        refused.stderr
+
 
 @pytest.mark.parametrize("flags,error", [
     ((), "--reference-curve: required with --table compute-equivalence"),

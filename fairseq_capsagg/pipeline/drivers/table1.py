@@ -170,8 +170,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
-                   help="also write the tables as DIR/{table1,peers,converged}-{cpu,gpu}.{md,json}, unless the "
-                        "table there has results of rows this work directory has not scored (then it stays)")
+                   help="also write the tables as DIR/{table1,peers,converged}-{cpu,gpu}.{md,json} "
+                        "(compute-equivalence: DIR/compute-equivalence.{md,json,png}, keeping the rows the table "
+                        "there has that this work directory has not scored, when its settings are this run's)")
     add_setup_flags(p)
     return p
 
@@ -253,6 +254,9 @@ def check_table(args: argparse.Namespace) -> None:
             raise ValueError("--reference-curve: required with --table compute-equivalence (a converged table's "
                              "JSON, once per Transformer run, e.g. docs/results/converged-cpu.json)")
         args.reference_curves = equivalence_report.read_reference_curves(args.reference_curve)
+        args.published_results = (equivalence_report.published_results(
+            args.publish / publish.published_name(f"{table_stem(args)}.json", args.gpu, device_suffix=False),
+            config_of(args)) if args.publish else {})
     if args.table in STOP_RULE_TABLES:
         converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
     if args.table == "converged":
@@ -405,6 +409,8 @@ def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared
     points = equivalence.checkpoints(args.update_cap, args.validate_interval_updates)
 
     def report_equivalence(results: Dict[str, Dict[str, object]]) -> None:
+        kept = {name: res for name, res in args.published_results.items() if name not in results}
+        results = {**kept, **results}
         table = equivalence_report.compute(rows, results, args.reference_curves, points, args.speed_ratios)
         payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                    "results": results, "failures": comparison.failures, "compute_equivalence": table,
