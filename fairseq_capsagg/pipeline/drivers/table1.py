@@ -400,9 +400,9 @@ def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared
     """``--table compute-equivalence``: trains every row from scratch to ``--update-cap`` (:mod:`.converged`'s
     training and scoring), placing each on the reference curves (:mod:`.equivalence`) after each; 1 if a row
     failed."""
-    caption = (f"{prepared.caption_head}; from scratch, {args.update_cap} updates of <= {args.max_tokens} tokens; lr "
-               f"{args.lr}, warm-up {args.warmup}, inverse square root; validation every "
-               f"{args.validate_interval_updates} updates; {prepared.caption_tail}")
+    head = (f"{prepared.caption_head}; from scratch, {args.update_cap} updates of <= {args.max_tokens} tokens; lr "
+            f"{args.lr}, warm-up {args.warmup}, inverse square root; validation every "
+            f"{args.validate_interval_updates} updates")
     comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
                                           prepared.num_test, prepared.valid_refs)
     stem = table_stem(args)
@@ -411,6 +411,12 @@ def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared
     def report_equivalence(results: Dict[str, Dict[str, object]]) -> None:
         kept = {name: res for name, res in args.published_results.items() if name not in results}
         results = {**kept, **results}
+        devices: Dict[str, List[str]] = {}  # rows kept from another machine name theirs
+        for name, res in results.items():
+            devices.setdefault(str(res.get("device", provenance.device_name(args.gpu))), []).append(name)
+        where = "; ".join(device if len(devices) == 1 else f"{device} for {', '.join(names)}"
+                          for device, names in devices.items()) or provenance.device_name(args.gpu)
+        caption = f"{head}; {prepared.caption_tail.replace(provenance.device_name(args.gpu), where, 1)}"
         table = equivalence_report.compute(rows, results, args.reference_curves, points, args.speed_ratios)
         payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                    "results": results, "failures": comparison.failures, "compute_equivalence": table,
