@@ -14,6 +14,7 @@ import triton.language as tl
 
 from .capsules import ROUTING_EPS
 from .fused import warps
+from .tiles_triton import position_votes
 
 
 @triton.jit
@@ -46,10 +47,7 @@ def _load(votes_ptr, position, num_layers, capsules, capsule_dim, L: tl.constexp
     l = tl.arange(0, L)
     n = tl.arange(0, N)
     h = tl.arange(0, D)
-    inside = (l[:, None, None] < num_layers) & (n[None, :, None] < capsules) & (h[None, None, :] < capsule_dim)
-    offsets = position * num_layers * capsules * capsule_dim + (l[:, None, None] * capsules + n[None, :, None]) \
-        * capsule_dim + h[None, None, :]
-    votes = tl.load(votes_ptr + offsets, mask=inside, other=0.0)
+    votes, inside, offsets = position_votes(votes_ptr, position, num_layers, capsules, capsule_dim, L, N, D)
     pair_live = (l[:, None] < num_layers) & (n[None, :] < capsules)
     out_offsets = position * capsules * capsule_dim + n[:, None] * capsule_dim + h[None, :]
     out_live = (n[:, None] < capsules) & (h[None, :] < capsule_dim)

@@ -16,6 +16,7 @@ import triton.language as tl
 
 from .em_route import HALF_LOG_2PI, ROUTING_EPS, VARIANCE_FLOOR
 from .fused import warps
+from .tiles_triton import position_votes
 
 
 @triton.jit
@@ -54,10 +55,7 @@ def _load(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, num_layers, cap
     l = tl.arange(0, L)
     n = tl.arange(0, N)
     h = tl.arange(0, D)
-    inside = (l[:, None, None] < num_layers) & (n[None, :, None] < capsules) & (h[None, None, :] < capsule_dim)
-    offsets = position * num_layers * capsules * capsule_dim + (l[:, None, None] * capsules + n[None, :, None]) \
-        * capsule_dim + h[None, None, :]
-    votes = tl.load(votes_ptr + offsets, mask=inside, other=0.0)
+    votes, inside, offsets = position_votes(votes_ptr, position, num_layers, capsules, capsule_dim, L, N, D)
     a = tl.load(act_ptr + position * num_layers + l, mask=l < num_layers, other=0.0)
     beta_a = tl.load(beta_a_ptr + n, mask=n < capsules, other=0.0)
     beta_mu = tl.load(beta_mu_ptr + n, mask=n < capsules, other=0.0)

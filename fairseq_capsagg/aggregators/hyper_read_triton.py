@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .tiles_triton import stream_chunk
+
 BLOCK_P = 4
 BLOCK_C = 64
 
@@ -22,14 +24,6 @@ BLOCK_C = 64
 @triton.jit
 def _tanh(x):
     return 2.0 / (1.0 + tl.exp(-2.0 * x)) - 1.0
-
-
-@triton.jit
-def _streams(streams_ptr, p, i, c, live, n, channels):
-    """The streams (P, N, BLOCK_C) of chunk c, fp32, zero where padded."""
-    inside = live[:, None, None] & (i[None, :, None] < n) & (c[None, None, :] < channels)
-    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-    return tl.load(streams_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -58,7 +52,7 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
     acc = tl.zeros((BLOCK_P, N, K), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         total += tl.sum(x * x, axis=2)
         w = _projection(w_ptr, k, c, outputs, channels)
         acc += tl.sum(x[:, :, None, :] * w[None, None, :, :], axis=3)
@@ -80,7 +74,7 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
     read = read.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the streams' dtype
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         h = tl.sum(read[:, :, None] * x, axis=1)
         tl.store(out_ptr + p[:, None] * channels + c[None, :], h.to(out_ptr.dtype.element_ty),
                  mask=live[:, None] & (c[None, :] < channels))
@@ -105,7 +99,7 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         total += tl.sum(x * x, axis=2)
         w = _projection(w_ptr, k, c, outputs, channels)
         acc += tl.sum(x[:, :, None, :] * w[None, None, :, :], axis=3)
@@ -138,7 +132,7 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     projected = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         w = _projection(w_ptr, k, c, outputs, channels)
         g = tl.sum(grad_pre[:, :, :, None] * w[None, None, :, :], axis=2)
         projected += tl.sum(g * x, axis=2)
@@ -146,7 +140,7 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     # pass 3: the streams' gradient (RMSNorm's, plus the read's a_i grad_h) and this program's share of W's
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         w = _projection(w_ptr, k, c, outputs, channels)
         g = tl.sum(grad_pre[:, :, :, None] * w[None, None, :, :], axis=2)
         normed = x * inverse_rms[:, :, None]

@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .tiles_triton import stream_chunk
+
 BLOCK_P = 4
 BLOCK_C = 16
 
@@ -23,14 +25,6 @@ BLOCK_C = 16
 @triton.jit
 def _sigmoid(x):
     return 1.0 / (1.0 + tl.exp(-x))
-
-
-@triton.jit
-def _streams(streams_ptr, p, i, c, live, n, channels):
-    """The streams (P, N, BLOCK_C) of chunk c, fp32, zero where padded."""
-    inside = live[:, None, None] & (i[None, :, None] < n) & (c[None, None, :] < channels)
-    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-    return tl.load(streams_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -50,7 +44,7 @@ def _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P: tl.c
     acc = tl.zeros((BLOCK_P, K), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         total += tl.sum(tl.sum(x * x, axis=2), axis=1)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         acc += tl.sum(tl.sum(x[:, :, None, :] * w[None, :, :, :], axis=3), axis=1)
@@ -94,7 +88,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     read = read.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the streams' dtype
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         tl.store(out_ptr + p[:, None] * channels + c[None, :], tl.sum(read[:, :, None] * x, axis=1).to(
             out_ptr.dtype.element_ty), mask=live[:, None] & (c[None, :] < channels))
 
@@ -116,7 +110,7 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
                          mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
         grad_a += tl.sum(grad_h[:, None, :] * x, axis=2)
@@ -157,14 +151,14 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     projected = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)  # (P, N, C)
         projected += tl.sum(tl.sum(gn * x, axis=2), axis=1)
     projected = projected * inverse_rms / (n * channels)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = _streams(streams_ptr, p, i, c, live, n, channels)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)
         normed = x * inverse_rms[:, None, None]

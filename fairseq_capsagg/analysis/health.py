@@ -84,7 +84,8 @@ def capture_stream_mixing(model) -> Tuple[Dict[str, List[torch.Tensor]], List[ob
 
             def record(block, args, kwargs, side=side, streams=streams):  # after the streams' own pre-hook
                 positions, n = streams.streams.shape[:2], streams.streams.shape[2]
-                captured[side].append(streams.weights[1].detach().float().expand(*positions, n, n))
+                mix = streams.weights[0]  # (r, b) of the block's write
+                captured[side].append(mix.detach().float().expand(*positions, n, n))
 
             hooks += [layer.register_forward_pre_hook(record, with_kwargs=True) for layer in stack.layers]
     return captured, hooks

@@ -1,0 +1,32 @@
+"""Tile loaders that several Triton kernels of this package share: a few positions' residual streams
+(:mod:`.hyper_read_triton`, :mod:`.mhc_read_triton`) and one position's routing votes (:mod:`.dynamic_route_triton`,
+:mod:`.em_route_triton`).
+
+Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def stream_chunk(streams_ptr, p, i, c, live, n, channels):
+    """Streams (P, n, C), contiguous: the positions p's streams i at channels c as (P, N, BLOCK_C), fp32, zero where
+    padded."""
+    inside = live[:, None, None] & (i[None, :, None] < n) & (c[None, None, :] < channels)
+    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
+    return tl.load(streams_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def position_votes(votes_ptr, position, num_layers, capsules, capsule_dim, L: tl.constexpr, N: tl.constexpr,
+                   D: tl.constexpr):
+    """Votes (P, L, N, D), contiguous: one position's as an (L, N, D) tile, zero where padded, with the tile's mask
+    and offsets (for the votes' gradient)."""
+    l = tl.arange(0, L)
+    n = tl.arange(0, N)
+    h = tl.arange(0, D)
+    inside = (l[:, None, None] < num_layers) & (n[None, :, None] < capsules) & (h[None, None, :] < capsule_dim)
+    offsets = position * num_layers * capsules * capsule_dim + (l[:, None, None] * capsules + n[None, :, None]) \
+        * capsule_dim + h[None, None, :]
+    return tl.load(votes_ptr + offsets, mask=inside, other=0.0), inside, offsets
