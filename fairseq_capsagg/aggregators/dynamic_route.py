@@ -23,13 +23,20 @@ def routing_iterations(votes: Tensor, iterations: int, over_inputs: bool,
     when ``over_inputs``; ``record(C)`` sees each iteration's agreement."""
     logits = votes.new_zeros(votes.shape[:-1])
     for step in range(iterations):
-        agreement = torch.softmax(logits, dim=-2 if over_inputs else -1)
+        agreement, _, omega = iteration(logits, votes, over_inputs)
         if record is not None:
             record(agreement)
-        omega = squash((agreement.unsqueeze(-1) * votes).sum(dim=-3))
         if step + 1 < iterations:
             logits = logits + (omega.unsqueeze(-3) * votes).sum(dim=-1)
     return omega
+
+
+def iteration(logits: Tensor, votes: Tensor, over_inputs: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """One iteration from the logits B: C = softmax(B) (Eq. 10), S_n = sum_l C_ln V_ln (Eq. 7) and
+    Omega = squash(S) (Eq. 6)."""
+    agreement = torch.softmax(logits, dim=-2 if over_inputs else -1)
+    total = (agreement.unsqueeze(-1) * votes).sum(dim=-3)
+    return agreement, total, squash(total)
 
 
 def squash_derivative(sq_norm: Tensor) -> Tensor:
@@ -46,11 +53,8 @@ def reference_backward(grad: Tensor, votes: Tensor, iterations: int, over_inputs
     logits = votes.new_zeros(votes.shape[:-1])
     states: List[Tuple[Tensor, Tensor, Tensor]] = []
     for step in range(iterations):
-        agreement = torch.softmax(logits, dim=axis)
-        total = (agreement.unsqueeze(-1) * votes).sum(dim=-3)
-        omega = squash(total)
-        states.append((agreement, total, omega))
-        logits = logits + (omega.unsqueeze(-3) * votes).sum(dim=-1)
+        states.append(iteration(logits, votes, over_inputs))
+        logits = logits + (states[-1][2].unsqueeze(-3) * votes).sum(dim=-1)
     grad_omega = grad.float()
     grad_votes = torch.zeros_like(votes)
     grad_logits = torch.zeros_like(logits)

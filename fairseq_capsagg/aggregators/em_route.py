@@ -11,7 +11,7 @@ output is sigmoid(z) mu.
 """
 
 import math
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -26,36 +26,22 @@ VARIANCE_FLOOR = 1e-4
 HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def em_iterations(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, iterations: int,
-                  inverse_temperature: float,
-                  record: Optional[Callable[[Tensor, Tensor], None]] = None) -> Tensor:
-    """The output capsules sigmoid(z) mu (..., N, D) from fp32 votes (..., L, N, D) and input activations (..., L);
-    ``record(C, z)`` sees each iteration's agreement before its M-step and its activation logits after it."""
-    num_capsules, capsule_dim = votes.shape[-2:]
-    agreement = votes.new_full(votes.shape[:-1], 1.0 / num_capsules)
-    for step in range(iterations):
-        resp = agreement * input_act.unsqueeze(-1)  # M-step (Eqs. 12-15)
-        resp_sum = resp.sum(dim=-2)
-        # R_{l->n} / sum_l R_{l->n}: mu and sigma^2 as weighted sums over the L votes
-        share = (resp / (resp_sum.unsqueeze(-2) + ROUTING_EPS)).unsqueeze(-1)
-        mu = (share * votes).sum(dim=-3)
-        sq_dev = (votes - mu.unsqueeze(-3)).square()
-        var = (share * sq_dev).sum(dim=-3) + VARIANCE_FLOOR
-        log_var = torch.log(var)
-        cost = ((0.5 * log_var + 0.5 + HALF_LOG_2PI) * resp_sum.unsqueeze(-1)).sum(dim=-1)
-        lam = inverse_temperature * (step + 1) / iterations
-        act_logit = lam * (beta_a - beta_mu * resp_sum - cost)
-        if record is not None:
-            record(agreement, act_logit)
-        if step + 1 < iterations:  # E-step (Eqs. 16-17) in log space
-            log_p = -0.5 * (sq_dev / var.unsqueeze(-3) + log_var.unsqueeze(-3)).sum(dim=-1)
-            log_p = log_p - capsule_dim * HALF_LOG_2PI
-            agreement = torch.softmax(F.logsigmoid(act_logit).unsqueeze(-2) + log_p, dim=-1)
-    return torch.sigmoid(act_logit).unsqueeze(-1) * mu
+class MStep(NamedTuple):
+    """One M-step's results (Eqs. 12-15), (..., L, N) and (..., N[, D])."""
+
+    resp: Tensor  # R = C a
+    resp_sum: Tensor  # S_n = sum_l R_ln
+    share: Tensor  # R / (S + eps)
+    mu: Tensor
+    deviation: Tensor  # V - mu
+    var: Tensor  # sigma^2, floored
+    log_var: Tensor
+    act_logit: Tensor  # z
 
 
-def _m_step(agreement: Tensor, input_act: Tensor, votes: Tensor, beta_a: Tensor, beta_mu: Tensor, lam: float):
-    """One M-step's intermediates for the backward, (P, L, N[, D]) and (P, N[, D])."""
+def m_step(agreement: Tensor, input_act: Tensor, votes: Tensor, beta_a: Tensor, beta_mu: Tensor,
+           lam: float) -> MStep:
+    """The M-step (Eqs. 12-15): mu and sigma^2 as the R-weighted mean and variance of the votes, the cost and z."""
     resp = agreement * input_act.unsqueeze(-1)
     resp_sum = resp.sum(dim=-2)
     share = resp / (resp_sum.unsqueeze(-2) + ROUTING_EPS)
@@ -65,7 +51,29 @@ def _m_step(agreement: Tensor, input_act: Tensor, votes: Tensor, beta_a: Tensor,
     log_var = torch.log(var)
     cost = ((0.5 * log_var + 0.5 + HALF_LOG_2PI) * resp_sum.unsqueeze(-1)).sum(dim=-1)
     act_logit = lam * (beta_a - beta_mu * resp_sum - cost)
-    return resp, resp_sum, share, mu, deviation, var, log_var, act_logit
+    return MStep(resp, resp_sum, share, mu, deviation, var, log_var, act_logit)
+
+
+def e_step(m: MStep) -> Tensor:
+    """The E-step (Eqs. 16-17) in log space: C = softmax_n(log sigmoid(z_n) + log p_n(V_l))."""
+    log_p = -0.5 * (m.deviation.square() / m.var.unsqueeze(-3) + m.log_var.unsqueeze(-3)).sum(dim=-1)
+    log_p = log_p - m.deviation.size(-1) * HALF_LOG_2PI
+    return torch.softmax(F.logsigmoid(m.act_logit).unsqueeze(-2) + log_p, dim=-1)
+
+
+def em_iterations(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, iterations: int,
+                  inverse_temperature: float,
+                  record: Optional[Callable[[Tensor, Tensor], None]] = None) -> Tensor:
+    """The output capsules sigmoid(z) mu (..., N, D) from fp32 votes (..., L, N, D) and input activations (..., L);
+    ``record(C, z)`` sees each iteration's agreement before its M-step and its activation logits after it."""
+    agreement = votes.new_full(votes.shape[:-1], 1.0 / votes.size(-2))
+    for step in range(iterations):
+        m = m_step(agreement, input_act, votes, beta_a, beta_mu, inverse_temperature * (step + 1) / iterations)
+        if record is not None:
+            record(agreement, m.act_logit)
+        if step + 1 < iterations:
+            agreement = e_step(m)
+    return torch.sigmoid(m.act_logit).unsqueeze(-1) * m.mu
 
 
 def reference_backward(grad: Tensor, votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor,
@@ -74,20 +82,17 @@ def reference_backward(grad: Tensor, votes: Tensor, input_act: Tensor, beta_a: T
     from that of its output (P, N, D), written out (autograd's values, without its graph): the iterations'
     intermediates are kept from one forward pass, then each iteration is differentiated from the last to the
     first, its E-step (softmax, log sigmoid, log density) before its M-step (weighted mean and variance, cost)."""
-    num_capsules, capsule_dim = votes.shape[-2:]
-    agreements: List[Tensor] = [votes.new_full(votes.shape[:-1], 1.0 / num_capsules)]
-    steps = []
+    agreements: List[Tensor] = [votes.new_full(votes.shape[:-1], 1.0 / votes.size(-2))]
+    steps: List[MStep] = []
     for step in range(iterations):
         lam = inverse_temperature * (step + 1) / iterations
-        steps.append(_m_step(agreements[-1], input_act, votes, beta_a, beta_mu, lam))
+        steps.append(m_step(agreements[-1], input_act, votes, beta_a, beta_mu, lam))
         if step + 1 < iterations:
-            _, _, _, _, deviation, var, log_var, act_logit = steps[-1]
-            log_p = -0.5 * (deviation.square() / var.unsqueeze(-3) + log_var.unsqueeze(-3)).sum(dim=-1)
-            agreements.append(torch.softmax(F.logsigmoid(act_logit).unsqueeze(-2) + log_p, dim=-1))
+            agreements.append(e_step(steps[-1]))
     grad = grad.float()
-    act = torch.sigmoid(steps[-1][-1])
+    act = torch.sigmoid(steps[-1].act_logit)
     grad_mu = grad * act.unsqueeze(-1)
-    grad_act_logit = (grad * steps[-1][3]).sum(-1) * act * (1.0 - act)
+    grad_act_logit = (grad * steps[-1].mu).sum(-1) * act * (1.0 - act)
     grad_votes = torch.zeros_like(votes)
     grad_input_act = torch.zeros_like(input_act)
     grad_beta_a = torch.zeros_like(beta_a)
