@@ -1,16 +1,18 @@
 #!/usr/bin/env python
-"""Training and decoding speed, peak memory and kernels per step of every aggregator against the baseline.
+"""Training and decoding speed, peak memory, kernels per step and the step's peak memory of every aggregator against
+the baseline.
 
 Each (shape, system) runs in its own process, so peak memory is its own.
 Ratios are to the baseline measured in the same run, next to the FLOP bound
 (baseline FLOPs / (baseline + aggregator FLOPs)) and the kernels launched
-per training step and per decoding step (counted on any device; ``kernels.py``). With ``--repeats N`` every system runs N times round-robin;
+per training step and per decoding step (counted on any device; ``kernels.py``) and the peak memory of a training
+step's tensors (counted on any device; ``memory.py``). With ``--repeats N`` every system runs N times round-robin;
 each ratio is the median of the N ratios to the baseline of the same round,
 with their range.
 
     python benchmarks/speed.py                   # small and base shapes on CPU
     python benchmarks/speed.py --device cuda     # on a GPU
-    python benchmarks/speed.py --count-only      # kernels per step only: seconds, on any machine
+    python benchmarks/speed.py --count-only      # kernels and step memory only: seconds, on any machine
 """
 
 import argparse
@@ -28,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from flops import Shape, aggregator_macs, flop_bound, transformer_macs  # noqa: E402
 from kernels import decoding_step_kernels, training_step_kernels  # noqa: E402
+from memory import training_step_peak_memory  # noqa: E402
 
 from fairseq_capsagg.aggregators import families  # noqa: E402
 
@@ -35,7 +38,8 @@ from fairseq_capsagg.aggregators import families  # noqa: E402
 SYSTEMS = {"baseline": "none", **families()}
 SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
 #: The measurements reported as ratios to the baseline (the operator counts also with ``--count-only``).
-RATIOS = ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes", "train_kernels", "decode_kernels")
+RATIOS = ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes", "train_kernels", "decode_kernels",
+          "train_step_peak_bytes")
 
 
 def measure(args) -> dict:
@@ -65,7 +69,8 @@ def measure(args) -> dict:
     lengths = torch.full((bsz,), args.length, device=device)
     kernels = {"train_kernels": training_step_kernels(model, src, lengths, prev, tgt, args.bf16).total,
                "decode_kernels": decoding_step_kernels(model, src[:args.decode_sentences],
-                                                       lengths[:args.decode_sentences], dictionary.eos()).total}
+                                                       lengths[:args.decode_sentences], dictionary.eos()).total,
+               "train_step_peak_bytes": training_step_peak_memory(model, src, lengths, prev, tgt, args.bf16)}
     if args.count_only:
         return {"params": params, **kernels}
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -150,7 +155,9 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
     flags = f"; model flags `{args.model_args}`" if args.model_args else ""
     lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
              f"{rank}{flags}{spread}. Kernels: the kernel-launching ATen operators dispatched per training step "
-             "(forward and backward) and per incremental decoding step (benchmarks/kernels.py).", ""]
+             "(forward and backward) and per incremental decoding step (benchmarks/kernels.py). Step memory: the "
+             "most memory a training step's tensors hold at once, the activations saved for the backward and the "
+             "backward's own (benchmarks/memory.py).", ""]
 
     def ratio(r: dict, key: str) -> str:
         low, high = r[key + "_ratio_range"]
@@ -160,9 +167,11 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
                lambda r: f"| {r['train_kernels']} | {ratio(r, 'train_kernels')} | {r['decode_kernels']} "
                          f"| {ratio(r, 'decode_kernels')} |")
     if args.count_only:
-        lines += ["| shape | system | params | FLOP bound " + kernels[0], "|---|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["| shape | system | params | FLOP bound " + kernels[0] + " step memory | ratio |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['flop_bound']:.2f} "
-                  + kernels[1](r) for r in rows]
+                  + kernels[1](r) + f" {r['train_step_peak_bytes'] / 2**20:.1f} MiB "
+                  f"| {ratio(r, 'train_step_peak_bytes')} |" for r in rows]
     else:
         lines += ["| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
                   "| decode sent/s | ratio | peak memory | ratio " + kernels[0],
@@ -197,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output-dir", default="benchmarks/results")
     p.add_argument("--name", default="speed", help="the tables' file name stem in --output-dir (NAME.md, NAME.json)")
     p.add_argument("--count-only", action="store_true",
-                   help="kernels per training and decoding step only, no timing (any machine, seconds)")
+                   help="kernels per training and decoding step and the step's memory only, no timing "
+                        "(any machine, seconds)")
     p.add_argument("--child", nargs=2, metavar=("SHAPE", "SYSTEM"), help=argparse.SUPPRESS)
     return p
 

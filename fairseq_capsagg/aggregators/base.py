@@ -6,6 +6,7 @@ from typing import ClassVar, Iterator, List, Optional, Tuple, Type
 import torch
 from torch import Tensor, nn
 
+from .saved_layers import saved_as_layers
 from .settings import AggregationConfigError, Settings
 
 
@@ -88,6 +89,10 @@ class LayerAggregator(nn.Module):
         self.num_layers = num_layers
         self.streams = 1  # outputs per position: more for multiway connections between blocks
         self.side = ""  # "encoder" or "decoder", set by build_aggregator, for error messages
+        #: Autograd saves the stacked layers as the layer outputs themselves (:func:`.saved_layers.saved_as_layers`):
+        #: set by the dense connections, whose connections would otherwise save the early layers again and again;
+        #: at the stack's output the copy is saved once, and restacking it would cost as much at the backward's peak.
+        self.saves_layers_once = False
 
     @classmethod
     def validate(cls, settings: Settings, embed_dim: int, side: str = "") -> None:
@@ -148,8 +153,10 @@ class LayerAggregator(nn.Module):
                 f"{type(self).__name__} was built for {self.num_layers} layers but got "
                 f"{len(layers)}; layer dropping (layerdrop) cannot be combined with layer aggregation"
             )
-        stacked = self.stack(layers)
-        out = self.aggregate(stacked, padding_mask)
+        inputs = self.stack_inputs(layers)
+        stacked = torch.stack(inputs, dim=self.stack_dim)
+        with saved_as_layers(stacked, inputs, self.stack_dim) if self.saves_layers_once else contextlib.nullcontext():
+            out = self.aggregate(stacked, padding_mask)
         if padding_mask is not None:
             out = out.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
         if self.training and checks_finite(out) and not torch.isfinite(out).all() and torch.isfinite(stacked).all():
@@ -157,9 +164,18 @@ class LayerAggregator(nn.Module):
             raise NonFiniteAggregationError(self.describe_fault(stacked, padding_mask))
         return out
 
+    @property
+    def stack_dim(self) -> int:
+        """Where :meth:`stack` puts depth."""
+        return 0 if self.depth_first else 2
+
+    def stack_inputs(self, layers: List[Tensor]) -> List[Tensor]:
+        """What :meth:`stack` stacks: the layers themselves; a subclass may transform each first."""
+        return layers
+
     def stack(self, layers: List[Tensor]) -> Tensor:
         """The layers as :meth:`aggregate` reads them: (T, B, L, C), or (L, T, B, C) if :attr:`depth_first`."""
-        return torch.stack(layers, dim=0 if self.depth_first else 2)
+        return torch.stack(self.stack_inputs(layers), dim=self.stack_dim)
 
     def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
         """Says where a non-finite output came from (called only when one did)."""

@@ -66,8 +66,9 @@ class DynamicLinearCombination(LayerAggregator):
         """(T, B, 1, L) fp32: the weight of each normalised layer at each position (the same everywhere)."""
         return self.weight.float().expand(*layers.shape[1:3], 1, self.num_layers)
 
-    def stack(self, layers: List[Tensor]) -> Tensor:
-        """LN_k(y_k) stacked (L, T, B, C); an output an earlier connection of this pass normalised is taken from it."""
+    def stack_inputs(self, layers: List[Tensor]) -> List[Tensor]:
+        """LN_k(y_k), stacked (L, T, B, C) for :meth:`aggregate`; an output an earlier connection of this pass
+        normalised is taken from it."""
         normalised = []
         for norm, layer in zip(self.norms, layers):
             seen = self.normalised.get(id(layer))
@@ -76,7 +77,7 @@ class DynamicLinearCombination(LayerAggregator):
             normalised.append(seen[1])
         if self.last:
             self.normalised.clear()
-        return torch.stack(normalised)
+        return normalised
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         """sum_k W_k LN_k(y_k) of the normalised outputs :meth:`stack` hands over."""

@@ -26,6 +26,9 @@ class DenseConnections(nn.Module):
       pre-norm block). That self-attention then projects its key and value from
       their own inputs; its weights are unchanged.
 
+    Each B_i is saved for the backward once, by reference, however many
+    connections read it (:attr:`LayerAggregator.saves_layers_once`).
+
     Every connection works per position, so in incremental decoding a step's
     history is the current position's outputs only, and the keys and values of
     earlier positions come from fairseq's attention cache as usual.
@@ -36,6 +39,8 @@ class DenseConnections(nn.Module):
         if len(connections) != len(layers):
             raise ValueError(f"{len(connections)} connections for {len(layers)} blocks")
         self.connections = nn.ModuleList(connections)
+        for connection in connections:
+            connection.saves_layers_once = True
         self.normalize_before = normalize_before
         self.history: List[Tensor] = []
         self.attention_inputs: Optional[Tensor] = None  # (3, T, B, C): the next block's query, key, value

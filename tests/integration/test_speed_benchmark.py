@@ -29,10 +29,10 @@ def test_speed_benchmark_writes_ratios(tmp_path):
     assert "| small | mudd |" in (tmp_path / "speed.md").read_text()
 
 
-def test_count_only_writes_kernels_per_step_under_its_name(tmp_path):
-    """--count-only: no timing, the kernels per training and decoding step against the baseline's, in seconds;
-    mHC's fused read, Sinkhorn and write count one kernel each way where the eager references launch hundreds a
-    block."""
+def test_count_only_writes_kernels_and_memory_per_step_under_its_name(tmp_path):
+    """--count-only: no timing, the kernels per training and decoding step and the step's memory against the
+    baseline's, in seconds; mHC's fused read, Sinkhorn and write count one kernel each way where the eager
+    references launch hundreds a block."""
     common = [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "--count-only", "--shapes", "small",
               "--systems", "baseline", "mhc", "--tokens", "64", "--length", "8", "--decode-sentences", "2",
               "--vocab", "500", "--output-dir", str(tmp_path)]
@@ -44,7 +44,11 @@ def test_count_only_writes_kernels_per_step_under_its_name(tmp_path):
     assert "train_tokens_per_s" not in fused[1] and fused[0]["train_kernels_ratio"] == 1.0
     assert fused[0]["train_kernels"] == eager[0]["train_kernels"]  # the Transformer has no Sinkhorn
     assert eager[1]["train_kernels"] - fused[1]["train_kernels"] > 3000
+    # the step's memory is counted too: mHC's four streams hold more than one residual stream, more so eager
+    assert fused[0]["train_step_peak_bytes"] == eager[0]["train_step_peak_bytes"]
+    assert 1 < fused[1]["train_step_peak_bytes_ratio"] < eager[1]["train_step_peak_bytes_ratio"]
     assert "kernels per train step" in (tmp_path / "fused.md").read_text()
+    assert "| step memory | ratio |" in (tmp_path / "fused.md").read_text()
 
 
 def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, monkeypatch):

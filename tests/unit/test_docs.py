@@ -134,7 +134,7 @@ def test_the_kernel_counts_are_what_the_benchmark_published():
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
             if line.startswith("| ") and not line.startswith("| system")]
     assert [row[0] for row in rows] == list(KERNEL_ROWS)
-    for label, train, train_ratio, decode, decode_ratio in rows:
+    for label, train, train_ratio, decode, decode_ratio, memory, memory_ratio in rows:
         system, name = KERNEL_ROWS[label]
         published = json.loads((ROOT / "docs" / "results" / f"{name}.json").read_text())["rows"]
         row = next(r for r in published if r["system"] == system and r["shape"] == "small")
@@ -142,3 +142,5 @@ def test_the_kernel_counts_are_what_the_benchmark_published():
                                                                                row["decode_kernels"]), label
         assert float(train_ratio) == pytest.approx(row["train_kernels_ratio"], abs=0.005), label
         assert float(decode_ratio) == pytest.approx(row["decode_kernels_ratio"], abs=0.005), label
+        assert memory == f"{row['train_step_peak_bytes'] / 2**20:.1f} MiB", label
+        assert float(memory_ratio) == pytest.approx(row["train_step_peak_bytes_ratio"], abs=0.005), label
