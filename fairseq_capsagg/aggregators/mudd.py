@@ -99,4 +99,4 @@ class MultiwayDynamicDense(LayerAggregator):
         """Omega (S, T, B, C), or (T, B, C) for one stream, one operator each way with ``--connection-kernels
         fused`` (:mod:`.mudd_aggregate`)."""
         mixed = mudd_aggregate(layers, self.fc1.weight, self.fc2.weight, self.static_weight, self.kernels)
-        return mixed[0] if self.streams == 1 else mixed
+        return mixed.squeeze(0) if self.streams == 1 else mixed

@@ -62,19 +62,20 @@ class DenseConnections(nn.Module):
         mixed = self.connections[index](self.history)
         if index == len(self.connections) - 1:
             self.history = []
-        if mixed.dim() == 4:  # (query, key, value, residual)
-            self.attention_inputs, mixed = mixed[:3], mixed[3]
+        if mixed.dim() == 4:  # (query, key, value, residual); split, whose backward is one concatenation
+            self.attention_inputs, residual = mixed.split((3, 1))
+            mixed = residual.squeeze(0)
         return (mixed, *output[1:]) if isinstance(output, tuple) else mixed
 
     def _multiway_inputs(self, block: nn.Module, attention: nn.Module, args: Tuple[Any, ...],
                          kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
         if self.attention_inputs is None:
             raise RuntimeError("a multiway block ran without the connection before it")
-        streams = self.attention_inputs.unbind(0)
-        self.attention_inputs = None
-        if self.normalize_before:
-            streams = [block.self_attn_layer_norm(stream) for stream in streams]
-        return args, dict(kwargs, query=streams[0], key=streams[1], value=streams[2])
+        streams, self.attention_inputs = self.attention_inputs, None
+        if self.normalize_before:  # the three at once: one LayerNorm each way, not three
+            streams = block.self_attn_layer_norm(streams)
+        query, key, value = streams.unbind(0)
+        return args, dict(kwargs, query=query, key=key, value=value)
 
 
 class ResidualStreams(nn.Module):
