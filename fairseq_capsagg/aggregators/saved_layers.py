@@ -64,10 +64,12 @@ def saved_as_layers(stacked: Tensor, layers: List[Tensor], dim: int) -> Iterator
         return
     source = _SavedLayers(layers, dim)
     # what identifies the stack, not the stack: autograd keeps the hooks, and with them what they refer to
-    storage, dtype, device = stacked.untyped_storage().data_ptr(), stacked.dtype, stacked.device
+    storage, dtype, device, version = stacked.untyped_storage().data_ptr(), stacked.dtype, stacked.device, \
+        stacked._version
 
     def pack(tensor: Tensor):
-        if tensor.dtype == dtype and tensor.device == device and tensor.untyped_storage().data_ptr() == storage:
+        if tensor.dtype == dtype and tensor.device == device and tensor.untyped_storage().data_ptr() == storage \
+                and tensor._version == version:  # the stack as it was made, not modified in place since
             return _SavedView(source, tensor)
         return tensor
 

@@ -72,6 +72,19 @@ def test_a_layer_modified_in_place_after_the_forward_is_refused_at_the_backward(
         out.sum().backward()
 
 
+def test_a_stack_modified_in_place_is_saved_as_it_is():
+    """An aggregator that changes its stack in place before an operator saves it gets the changed values back."""
+    results = []
+    for saved in (False, True):
+        layers, weight = layers_and_weight()
+        stacked = torch.stack(layers)
+        with saved_as_layers(stacked, layers, 0) if saved else contextlib.nullcontext():
+            stacked.mul_(3)
+            out = torch.tensordot(weight, stacked, dims=1)
+        results.append(torch.autograd.grad(out.sum(), weight)[0])
+    assert torch.equal(results[1], results[0])
+
+
 @pytest.mark.parametrize("family,held_anyway", [("dwa", 1), ("dlcl", 0), ("depthattn", 1), ("mudd", 1)])
 @pytest.mark.parametrize("kernel", ["eager", "fused"])
 def test_a_densely_connected_model_trains_as_with_the_copies_and_holds_less(family, held_anyway, kernel):
