@@ -83,3 +83,24 @@ def test_incremental_decoding_equals_the_full_forward_on_cuda(family):
         for t in range(prev.size(1)):
             steps.append(model.decoder(prev[:, :t + 1], encoder_out=encoder_out, incremental_state=state)[0])
     torch.testing.assert_close(torch.cat(steps, 1), full, **TOLERANCE)
+
+
+@pytest.mark.parametrize("family", ["dwa", "dlcl", "depthattn", "mudd"])
+def test_connections_between_blocks_hold_each_layer_output_once_on_cuda(family):
+    """The CUDA allocator holds less after the forward when the connections save their stacks as the layers
+    (tests/unit/test_saved_layers.py counts how much less on the CPU)."""
+    model, dictionary = build_tiny_model(ARCHS[family])
+    model = model.cuda().train()
+    src, lengths, prev = batch(dictionary, "cuda")
+    connections = [c for side in (model.encoder, model.decoder) for c in side.dense_connections.connections]
+    held = {}
+    for once in (False, True):
+        for connection in connections:
+            connection.saves_layers_once = once
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        logits = model(src, lengths, prev)[0]
+        held[once] = torch.cuda.memory_allocated() - before
+        logits.float().pow(2).mean().backward()
+        del logits
+    assert held[True] < held[False]
