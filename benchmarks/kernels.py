@@ -9,7 +9,7 @@ operator (one ``torch.library`` custom op, a Triton kernel on CUDA) counts once.
 """
 
 import collections
-from typing import Counter, Dict
+from typing import Callable, Counter, Dict
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -43,10 +43,9 @@ class KernelCounter(TorchDispatchMode):
         return sum(self.counts.values())
 
 
-def training_step_kernels(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
-                          prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> KernelCounter:
-    """The kernels of one forward and backward pass (after one uncounted pass, which builds what is built
-    once)."""
+def training_step(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor, prev: torch.Tensor,
+                  target: torch.Tensor, bf16: bool = False) -> Callable[[], None]:
+    """One forward and backward pass of ``model`` in training mode, its gradients reset first."""
     model.train()
 
     def step() -> None:
@@ -55,6 +54,14 @@ def training_step_kernels(model: torch.nn.Module, src: torch.Tensor, lengths: to
             logits, _ = model(src, lengths, prev)
         torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten()).backward()
 
+    return step
+
+
+def training_step_kernels(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
+                          prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> KernelCounter:
+    """The kernels of one forward and backward pass (after one uncounted pass, which builds what is built
+    once)."""
+    step = training_step(model, src, lengths, prev, target, bf16)
     with gpu_checks_only():
         step()
         with KernelCounter() as counter:

@@ -15,6 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from fairseq_capsagg.aggregators.base import gpu_checks_only
+from kernels import training_step
 
 
 class PeakMemory(TorchDispatchMode):
@@ -52,14 +53,7 @@ def training_step_peak_memory(model: torch.nn.Module, src: torch.Tensor, lengths
                               prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> int:
     """The peak bytes of one forward and backward pass (after one unmeasured pass, which builds what is built
     once); the gradients of the parameters count from their allocation."""
-    model.train()
-
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        with torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits, _ = model(src, lengths, prev)
-        torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten()).backward()
-
+    step = training_step(model, src, lengths, prev, target, bf16)
     with gpu_checks_only():
         step()
         model.zero_grad(set_to_none=True)
