@@ -50,6 +50,20 @@ def test_a_second_order_gradient_differentiates_the_restacked_layers():
                                  tuple(x.detach().double().requires_grad_() for x in inputs))
 
 
+def test_a_graph_kept_for_a_second_backward_builds_the_second_order_graph_then():
+    """The first backward (no graph) and a second one with ``create_graph`` each restack in their own mode."""
+    expected_layers, expected_weight = layers_and_weight()
+    expected = weighted_sum(expected_layers, expected_weight, False)
+    layers, weight = layers_and_weight()
+    out = weighted_sum(layers, weight, True)
+    torch.autograd.grad(out.sum(), weight, retain_graph=True)
+    second = []
+    for o, w, first_layer in ((expected, expected_weight, expected_layers[0]), (out, weight, layers[0])):
+        (grad,) = torch.autograd.grad(o.sum(), w, create_graph=True)  # reads the saved stack
+        second.append(torch.autograd.grad(grad.pow(2).sum(), first_layer)[0])
+    assert torch.equal(second[1], second[0]) and second[0].abs().sum() > 0
+
+
 def test_autograd_holds_the_layers_not_a_copy_of_them():
     """After the forward the stack is gone: what is held beyond the layers is the output and the sigmoid's."""
     held = {}
