@@ -10,7 +10,7 @@ connection, freed with its backward. Values and gradients are unchanged; only wh
 """
 
 import contextlib
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -23,18 +23,19 @@ class _SavedLayers:
         self.layers = list(layers)
         self.versions = [layer._version for layer in self.layers]
         self.dim = dim
-        self._stacked: Dict[bool, Tensor] = {}
+        self._stacked: Optional[Tensor] = None
 
     def stacked(self) -> Tensor:
-        """The stack, made again at the first call of a grad mode (a backward that builds a graph, for a second
-        order gradient, differentiates it) and shared by the later ones."""
-        grad_mode = torch.is_grad_enabled()
-        if grad_mode not in self._stacked:
+        """The stack, made again at the first call and shared by the later ones; without a graph, as autograd
+        gives what it unpacks the graph of the tensor it saved (a second-order gradient still differentiates
+        the stack)."""
+        if self._stacked is None:
             if [layer._version for layer in self.layers] != self.versions:
                 raise RuntimeError("a layer output that an aggregator saved for backward was modified in place "
                                    "after its forward")
-            self._stacked[grad_mode] = torch.stack(self.layers, dim=self.dim)
-        return self._stacked[grad_mode]
+            with torch.no_grad():
+                self._stacked = torch.stack(self.layers, dim=self.dim)
+        return self._stacked
 
 
 class _SavedView:

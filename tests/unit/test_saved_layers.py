@@ -50,8 +50,9 @@ def test_a_second_order_gradient_differentiates_the_restacked_layers():
                                  tuple(x.detach().double().requires_grad_() for x in inputs))
 
 
-def test_a_graph_kept_for_a_second_backward_builds_the_second_order_graph_then():
-    """The first backward (no graph) and a second one with ``create_graph`` each restack in their own mode."""
+def test_a_graph_kept_for_a_second_backward_differentiates_the_stack_then():
+    """The first backward restacks the layers; a second one with ``create_graph`` differentiates through the
+    stack autograd saved."""
     expected_layers, expected_weight = layers_and_weight()
     expected = weighted_sum(expected_layers, expected_weight, False)
     layers, weight = layers_and_weight()
