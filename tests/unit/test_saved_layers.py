@@ -41,7 +41,7 @@ def test_the_values_and_every_gradient_are_the_stacks():
         assert torch.equal(g, e)
 
 
-def test_a_second_order_gradient_differentiates_the_restacked_layers():
+def test_first_and_second_order_gradients_are_numerically_right():
     layers, weight = layers_and_weight(3)
     inputs = (*layers, weight)
     torch.autograd.gradcheck(lambda *x: weighted_sum(list(x[:-1]), x[-1], True),
