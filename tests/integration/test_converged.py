@@ -2,6 +2,7 @@
 stop rule in segments, continued rows from the converged best checkpoint, the published table and curves."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,13 @@ def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_referen
     merged = json.loads((tmp_path / "out" / "compute-equivalence.json").read_text())
     assert set(merged["results"]) == {"scratch-dwa-s1", "scratch-hc-s1"}
     assert set(merged["compute_equivalence"]["rows"]) == {"scratch-dwa-s1", "scratch-hc-s1"}
+    # a row whose checkpoints were removed after it was published is neither scored again nor trained again
+    shutil.rmtree(tmp_path / "work" / "checkpoints" / "scratch-dwa-s1")
+    kept = table1(*common[:4], "dwa", *common[5:], "--publish", str(tmp_path / "out"))
+    assert "scratch-dwa-s1: trained here before, its checkpoints removed since" in kept.stdout
+    assert "train scratch-dwa-s1 ..." not in kept.stdout
+    republished = json.loads((tmp_path / "out" / "compute-equivalence.json").read_text())
+    assert republished["results"] == merged["results"]
     # but not one of other settings
     merged["config"]["lr"] = 1.0
     (tmp_path / "out" / "compute-equivalence.json").write_text(json.dumps(merged))

@@ -31,7 +31,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 from .. import convergence, fairseq_runs, provenance, stage_names
 from ..experiment import Stages
@@ -256,18 +256,27 @@ class ConvergedTable:
         A row whose training fails (:class:`~.fairseq_runs.ToolFailed`) is kept in :attr:`failures` and
         the next row trains; a later run tries it again from its last checkpoint."""
         results: Dict[str, Dict[str, object]] = {}
+        removed: Set[str] = set()  # trained here before, their checkpoints removed since
 
         def collect(row: Row) -> None:  # a trained row evaluated
-            if stage_names.train(row.name) in self.stages.done:
-                results[row.name] = self.evaluate(row)
-            if row.name == REFERENCE and row.name in results:
+            if stage_names.train(row.name) not in self.stages.done:
+                return
+            if not (self.save_dir(row.name) / "checkpoint_best.pt").exists():
+                removed.add(row.name)
+                print(f"[converged] {row.name}: trained here before, its checkpoints removed since: not scored "
+                      "again (a published result of it stays with --publish; --rows NAME trains it again)",
+                      flush=True)
+                return
+            results[row.name] = self.evaluate(row)
+            if row.name == REFERENCE:
                 self.step0 = self.continued_starts()
 
         with LoadSampler(self.load_log):
             for row in rows:  # every row trained before this run first, so that every report lists them all
                 collect(row)
             for row in (r for r in rows if r.name not in results):
-                wanted = not self.args.report_only and (not self.args.rows or row.name in self.args.rows)
+                wanted = not self.args.report_only and (
+                    row.name in self.args.rows if self.args.rows else row.name not in removed)
                 if not wanted:
                     continue
                 if row.protocol == "continued" and stage_names.train(REFERENCE) not in self.stages.done:
