@@ -302,12 +302,17 @@ def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_plac
                               warmup=200, lenpen_grid=[])
     rows = converged.converged_rows(["baseline", "dyncomb"], ["baseline"])
     table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
-    for name in (converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-baseline-s2"):
+    def trained(name: str) -> None:
         table.stages.done[f"train {name}"] = {}
+        table.save_dir(name).mkdir(parents=True)
+        (table.save_dir(name) / "checkpoint_best.pt").touch()
+
+    for name in (converged.REFERENCE, converged.CONTINUED_REFERENCE, "continued-baseline-s2"):
+        trained(name)
     reports = []
 
     def train(row):
-        table.stages.done[f"train {row.name}"] = {}
+        trained(row.name)
 
     table.train, table.evaluate, table.continued_starts = train, lambda row: {"bleu": 1.0}, lambda: {}
     table.compared = lambda rows, results: dict(results)
