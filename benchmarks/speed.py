@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Training and decoding speed, peak memory, kernels per step and the step's peak memory of every aggregator against
-the baseline.
+"""Training and decoding speed, peak memory, and the kernels and memory of one step of every aggregator against the
+baseline.
 
 Each (shape, system) runs in its own process, so peak memory is its own.
 Ratios are to the baseline measured in the same run, next to the FLOP bound
