@@ -18,6 +18,15 @@ ROUTING_EPS = 1e-6
 IDENTITY_LAYER_SHARE = 0.1
 
 
+def votes_by_position(votes: Tensor) -> Tensor:
+    """Votes (..., L, N, D) as (P, L, N, D) for the fused routing operators, which read them where they are:
+    positions first, or layers first as the votes' product over layers (Eq. 8) leaves them; copied otherwise."""
+    flat = votes.reshape(-1, *votes.shape[-3:])
+    if flat.is_contiguous() or flat.transpose(0, 1).is_contiguous():
+        return flat
+    return flat.contiguous()
+
+
 def squash(s: Tensor, dim: int = -1) -> Tensor:
     """Omega = |S|^2 / (1 + |S|^2) * S / |S| (Eq. 6).
 
@@ -78,7 +87,9 @@ class CapsuleRouting(LayerAggregator):
       stored as one (L, d, d) tensor whose rows are split into N capsules.
 
     Routing itself (:meth:`route`) runs in fp32 with autocast off, whatever
-    the model's precision, and its output is cast back.
+    the model's precision, and its output is cast back. The fused operators
+    read the votes as the model made them, in its precision and layout, and
+    upcast them as they load them; the eager loops route an fp32 copy.
 
     When :attr:`capture_agreement` is set, every forward records the
     agreement C (L x N per position) of each iteration before its update
@@ -251,16 +262,16 @@ class CapsuleRouting(LayerAggregator):
         return self.route_fp32(capsules, votes).flatten(-2).to(layers.dtype)
 
     def route_fp32(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        """:meth:`route` in fp32 with autocast off, whatever the model's precision.
+        """:meth:`route` with autocast off: the routing in fp32, whatever the model's precision.
 
         With ``compile_routing`` the iterations run through ``torch.compile``
-        (one compiled function per routing class, shapes dynamic), except while
-        agreement is captured, which needs the eager loop.
+        (one compiled function per routing class, shapes dynamic) on fp32
+        copies, except while agreement is captured, which needs the eager loop.
         """
         with torch.autocast(device_type=capsules.device.type, enabled=False):
             if self.compile_routing and not self.capture_agreement:
                 return compiled_route(type(self))(self, capsules.float(), votes.float())
-            return self.route(capsules.float(), votes.float())
+            return self.route(capsules, votes)
 
     @torch.no_grad()
     def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
@@ -289,5 +300,6 @@ class CapsuleRouting(LayerAggregator):
             self.agreement.append(agreement.detach())
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        """Routes fp32 votes (T, B, L, N, d/N) to output capsules (T, B, N, d/N)."""
+        """Routes the votes (T, B, L, N, d/N), in the model's precision, to fp32 output capsules (T, B, N, d/N),
+        computing in fp32."""
         raise NotImplementedError

@@ -13,7 +13,7 @@ from typing import Callable, List, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .capsules import ROUTING_EPS, squash
+from .capsules import ROUTING_EPS, squash, votes_by_position
 from .fused import runs_fused, triton_kernels
 
 
@@ -79,12 +79,12 @@ def _fused(votes: Tensor, iterations: int, over_inputs: bool) -> Tensor:
     kernels = triton_kernels("dynamic_route_triton", votes)
     if kernels is not None:
         return kernels.forward(votes, iterations, over_inputs)
-    return routing_iterations(votes, iterations, over_inputs)
+    return routing_iterations(votes.float(), iterations, over_inputs)
 
 
 @_fused.register_fake
 def _(votes: Tensor, iterations: int, over_inputs: bool) -> Tensor:
-    return votes.new_empty(votes.size(0), *votes.shape[2:])
+    return votes.new_empty(votes.size(0), *votes.shape[2:], dtype=torch.float32)
 
 
 @torch.library.custom_op("capsagg::dynamic_route_backward", mutates_args=())
@@ -92,7 +92,7 @@ def _fused_backward(grad: Tensor, votes: Tensor, iterations: int, over_inputs: b
     kernels = triton_kernels("dynamic_route_triton", votes)
     if kernels is not None:
         return kernels.backward(grad, votes, iterations, over_inputs)
-    return reference_backward(grad, votes, iterations, over_inputs)
+    return reference_backward(grad, votes.float(), iterations, over_inputs).to(votes.dtype)
 
 
 @_fused_backward.register_fake
@@ -114,9 +114,11 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
 def dynamic_route(votes: Tensor, iterations: int, over_inputs: bool, kernel: str = "auto") -> Tensor:
-    """:func:`routing_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for fp32 votes
-    (..., L, N, D): the output capsules (..., N, D)."""
+    """:func:`routing_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), in fp32 for votes
+    (..., L, N, D) of any precision: the output capsules (..., N, D), fp32. The fused operator reads the votes in
+    place and saves them as they are for its backward (:func:`.capsules.votes_by_position`); the loop routes an fp32
+    copy."""
     if not runs_fused(kernel, votes):
-        return routing_iterations(votes, iterations, over_inputs)
-    out = _fused(votes.reshape(-1, *votes.shape[-3:]).contiguous(), iterations, over_inputs)
+        return routing_iterations(votes.float(), iterations, over_inputs)
+    out = _fused(votes_by_position(votes), iterations, over_inputs)
     return out.view(*votes.shape[:-3], *votes.shape[-2:])

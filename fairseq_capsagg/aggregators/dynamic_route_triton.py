@@ -14,7 +14,7 @@ import triton.language as tl
 
 from .capsules import ROUTING_EPS
 from .fused import warps
-from .tiles_triton import position_votes
+from .tiles_triton import position_votes, vote_offsets
 
 
 @triton.jit
@@ -42,23 +42,24 @@ def _iteration(logits, votes, pair_live, eps, OVER_INPUTS: tl.constexpr):
 
 
 @triton.jit
-def _load(votes_ptr, position, num_layers, capsules, capsule_dim, L: tl.constexpr, N: tl.constexpr,
-          D: tl.constexpr):
+def _load(votes_ptr, position, stride_position, stride_layer, num_layers, capsules, capsule_dim, L: tl.constexpr,
+          N: tl.constexpr, D: tl.constexpr):
     l = tl.arange(0, L)
     n = tl.arange(0, N)
     h = tl.arange(0, D)
-    votes, inside, offsets = position_votes(votes_ptr, position, num_layers, capsules, capsule_dim, L, N, D)
+    votes, inside = position_votes(votes_ptr, position, stride_position, stride_layer, num_layers, capsules,
+                                   capsule_dim, L, N, D)
     pair_live = (l[:, None] < num_layers) & (n[None, :] < capsules)
     out_offsets = position * capsules * capsule_dim + n[:, None] * capsule_dim + h[None, :]
     out_live = (n[:, None] < capsules) & (h[None, :] < capsule_dim)
-    return votes, inside, offsets, pair_live, out_offsets, out_live
+    return votes, inside, pair_live, out_offsets, out_live
 
 
 @triton.jit
-def _forward_kernel(votes_ptr, out_ptr, num_layers, capsules, capsule_dim, iterations, eps,
-                    OVER_INPUTS: tl.constexpr, L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
-    votes, _, _, pair_live, out_offsets, out_live = _load(votes_ptr, tl.program_id(0), num_layers, capsules,
-                                                          capsule_dim, L, N, D)
+def _forward_kernel(votes_ptr, out_ptr, stride_position, stride_layer, num_layers, capsules, capsule_dim, iterations,
+                    eps, OVER_INPUTS: tl.constexpr, L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
+    votes, _, pair_live, out_offsets, out_live = _load(votes_ptr, tl.program_id(0), stride_position, stride_layer,
+                                                       num_layers, capsules, capsule_dim, L, N, D)
     logits = tl.zeros((L, N), dtype=tl.float32)
     omega = tl.zeros((N, D), dtype=tl.float32)
     for step in range(iterations):
@@ -68,10 +69,12 @@ def _forward_kernel(votes_ptr, out_ptr, num_layers, capsules, capsule_dim, itera
 
 
 @triton.jit
-def _backward_kernel(grad_ptr, votes_ptr, grad_votes_ptr, num_layers, capsules, capsule_dim, iterations, eps,
-                     OVER_INPUTS: tl.constexpr, L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
-    votes, inside, offsets, pair_live, out_offsets, out_live = _load(votes_ptr, tl.program_id(0), num_layers,
-                                                                     capsules, capsule_dim, L, N, D)
+def _backward_kernel(grad_ptr, votes_ptr, grad_votes_ptr, stride_position, stride_layer, grad_stride_position,
+                     grad_stride_layer, num_layers, capsules, capsule_dim, iterations, eps, OVER_INPUTS: tl.constexpr,
+                     L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
+    position = tl.program_id(0)
+    votes, inside, pair_live, out_offsets, out_live = _load(votes_ptr, position, stride_position, stride_layer,
+                                                            num_layers, capsules, capsule_dim, L, N, D)
     grad_out = tl.load(grad_ptr + out_offsets, mask=out_live, other=0.0)
     grad_votes = tl.zeros((L, N, D), dtype=tl.float32)
     grad_logits = tl.zeros((L, N), dtype=tl.float32)
@@ -100,6 +103,8 @@ def _backward_kernel(grad_ptr, votes_ptr, grad_votes_ptr, num_layers, capsules, 
             grad_logits += agreement * (grad_agreement - tl.sum(agreement * grad_agreement, axis=0)[None, :])
         else:
             grad_logits += agreement * (grad_agreement - tl.sum(agreement * grad_agreement, axis=1)[:, None])
+    offsets, _ = vote_offsets(position, grad_stride_position, grad_stride_layer, num_layers, capsules, capsule_dim, L,
+                              N, D)
     tl.store(grad_votes_ptr + offsets, grad_votes, mask=inside)
 
 
@@ -112,18 +117,20 @@ def _meta(votes: torch.Tensor, over_inputs: bool):
 
 
 def forward(votes: torch.Tensor, iterations: int, over_inputs: bool) -> torch.Tensor:
-    """The output capsules (P, N, D) from contiguous fp32 votes (P, L, N, D)."""
+    """The output capsules (P, N, D), fp32, from votes (P, L, N, D) of any precision, each layer's N x D block
+    contiguous (:func:`.capsules.votes_by_position`)."""
     positions, num_layers, capsules, capsule_dim = votes.shape
     out = torch.empty(positions, capsules, capsule_dim, dtype=torch.float32, device=votes.device)
-    _forward_kernel[(positions,)](votes, out, num_layers, capsules, capsule_dim, iterations, ROUTING_EPS,
-                                  **_meta(votes, over_inputs))
+    _forward_kernel[(positions,)](votes, out, votes.stride(0), votes.stride(1), num_layers, capsules, capsule_dim,
+                                  iterations, ROUTING_EPS, **_meta(votes, over_inputs))
     return out
 
 
 def backward(grad: torch.Tensor, votes: torch.Tensor, iterations: int, over_inputs: bool) -> torch.Tensor:
-    """The votes' gradient given ``grad`` of the output capsules."""
+    """The votes' gradient, in their precision and layout, given ``grad`` of the output capsules."""
     positions, num_layers, capsules, capsule_dim = votes.shape
     grad_votes = torch.empty_like(votes)
-    _backward_kernel[(positions,)](grad, votes, grad_votes, num_layers, capsules, capsule_dim, iterations,
-                                   ROUTING_EPS, **_meta(votes, over_inputs))
+    _backward_kernel[(positions,)](grad, votes, grad_votes, votes.stride(0), votes.stride(1), grad_votes.stride(0),
+                                   grad_votes.stride(1), num_layers, capsules, capsule_dim, iterations, ROUTING_EPS,
+                                   **_meta(votes, over_inputs))
     return grad_votes

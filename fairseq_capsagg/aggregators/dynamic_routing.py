@@ -92,7 +92,7 @@ class DynamicRouting(CapsuleRouting):
         over_inputs = self.agreement_dim == -2
         if not self.capture_agreement and not torch.compiler.is_compiling():
             return dynamic_route(votes, self.routing_iters, over_inputs, self.kernels)
-        omega = routing_iterations(votes, self.routing_iters, over_inputs, self.record)
+        omega = routing_iterations(votes.float(), self.routing_iters, over_inputs, self.record)
         if self.capture_agreement:
             self.capsule_lengths = omega.detach().norm(dim=-1)
         return omega

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .capsules import ROUTING_EPS
+from .capsules import ROUTING_EPS, votes_by_position
 from .fused import runs_fused, triton_kernels
 
 #: Floor of the per-dimension variance (sigma_n^h)^2 of Eq. 14.
@@ -143,13 +143,13 @@ def _fused(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, it
     kernels = triton_kernels("em_route_triton", votes)
     if kernels is not None:
         return kernels.forward(votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
-    return em_iterations(votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
+    return em_iterations(votes.float(), input_act, beta_a, beta_mu, iterations, inverse_temperature)
 
 
 @_fused.register_fake
 def _(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, iterations: int,
       inverse_temperature: float) -> Tensor:
-    return votes.new_empty(votes.size(0), *votes.shape[2:])
+    return votes.new_empty(votes.size(0), *votes.shape[2:], dtype=torch.float32)
 
 
 @torch.library.custom_op("capsagg::em_route_backward", mutates_args=())
@@ -158,7 +158,9 @@ def _fused_backward(grad: Tensor, votes: Tensor, input_act: Tensor, beta_a: Tens
     kernels = triton_kernels("em_route_triton", votes)
     if kernels is not None:
         return kernels.backward(grad, votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
-    return reference_backward(grad, votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
+    grad_votes, *rest = reference_backward(grad, votes.float(), input_act, beta_a, beta_mu, iterations,
+                                           inverse_temperature)
+    return (grad_votes.to(votes.dtype), *rest)
 
 
 @_fused_backward.register_fake
@@ -182,12 +184,14 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 def em_route(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, iterations: int,
              inverse_temperature: float, kernel: str = "auto") -> Tensor:
-    """:func:`em_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for fp32 votes
-    (..., L, N, D) and input activations (..., L): the output capsules (..., N, D)."""
+    """:func:`em_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), in fp32 for votes
+    (..., L, N, D) of any precision and fp32 input activations (..., L): the output capsules (..., N, D), fp32. The
+    fused operator reads the votes in place and saves them as they are for its backward
+    (:func:`.capsules.votes_by_position`); the loop routes an fp32 copy."""
     if not runs_fused(kernel, votes):
-        return em_iterations(votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
+        return em_iterations(votes.float(), input_act, beta_a, beta_mu, iterations, inverse_temperature)
     batch = votes.shape[:-3]
-    out = _fused(votes.reshape(-1, *votes.shape[-3:]).contiguous(),
+    out = _fused(votes_by_position(votes),
                  input_act.reshape(-1, input_act.size(-1)).contiguous(), beta_a.float().contiguous(),
                  beta_mu.float().contiguous(), iterations, float(inverse_temperature))
     return out.view(*batch, *votes.shape[-2:])

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from .em_route import HALF_LOG_2PI, ROUTING_EPS, VARIANCE_FLOOR
 from .fused import warps
-from .tiles_triton import position_votes
+from .tiles_triton import position_votes, vote_offsets
 
 
 @triton.jit
@@ -50,27 +50,29 @@ def _e_step(act_logit, deviation, var, log_var, inside, pair_live, capsule_live,
 
 
 @triton.jit
-def _load(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, num_layers, capsules, capsule_dim, L: tl.constexpr,
-          N: tl.constexpr, D: tl.constexpr):
+def _load(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, stride_position, stride_layer, num_layers, capsules,
+          capsule_dim, L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
     l = tl.arange(0, L)
     n = tl.arange(0, N)
     h = tl.arange(0, D)
-    votes, inside, offsets = position_votes(votes_ptr, position, num_layers, capsules, capsule_dim, L, N, D)
+    votes, inside = position_votes(votes_ptr, position, stride_position, stride_layer, num_layers, capsules,
+                                   capsule_dim, L, N, D)
     a = tl.load(act_ptr + position * num_layers + l, mask=l < num_layers, other=0.0)
     beta_a = tl.load(beta_a_ptr + n, mask=n < capsules, other=0.0)
     beta_mu = tl.load(beta_mu_ptr + n, mask=n < capsules, other=0.0)
     pair_live = (l[:, None] < num_layers) & (n[None, :] < capsules)
     start = tl.where(pair_live, 1.0 / capsules, 0.0)
-    return votes, a, beta_a, beta_mu, inside, offsets, pair_live, n < capsules, h < capsule_dim, start
+    return votes, a, beta_a, beta_mu, inside, pair_live, n < capsules, h < capsule_dim, start
 
 
 @triton.jit
-def _forward_kernel(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, out_ptr, num_layers, capsules, capsule_dim,
-                    iterations, inverse_temperature, eps, floor, half_log_2pi, L: tl.constexpr, N: tl.constexpr,
-                    D: tl.constexpr):
+def _forward_kernel(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, out_ptr, stride_position, stride_layer, num_layers,
+                    capsules, capsule_dim, iterations, inverse_temperature, eps, floor, half_log_2pi, L: tl.constexpr,
+                    N: tl.constexpr, D: tl.constexpr):
     position = tl.program_id(0)
-    votes, a, beta_a, beta_mu, inside, _, pair_live, capsule_live, dim_live, agreement = _load(
-        votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, num_layers, capsules, capsule_dim, L, N, D)
+    votes, a, beta_a, beta_mu, inside, pair_live, capsule_live, dim_live, agreement = _load(
+        votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, stride_position, stride_layer, num_layers, capsules,
+        capsule_dim, L, N, D)
     mu = tl.zeros((N, D), dtype=tl.float32)
     act_logit = tl.zeros((N,), dtype=tl.float32)
     for step in range(iterations):
@@ -89,11 +91,13 @@ def _forward_kernel(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, out_ptr, num_la
 
 @triton.jit
 def _backward_kernel(grad_ptr, votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, grad_votes_ptr, grad_act_ptr,
-                     grad_beta_ptr, num_layers, capsules, capsule_dim, iterations, inverse_temperature, eps, floor,
-                     half_log_2pi, L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
+                     grad_beta_ptr, stride_position, stride_layer, grad_stride_position, grad_stride_layer,
+                     num_layers, capsules, capsule_dim, iterations, inverse_temperature, eps, floor, half_log_2pi,
+                     L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
     position = tl.program_id(0)
-    votes, a, beta_a, beta_mu, inside, offsets, pair_live, capsule_live, dim_live, start = _load(
-        votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, num_layers, capsules, capsule_dim, L, N, D)
+    votes, a, beta_a, beta_mu, inside, pair_live, capsule_live, dim_live, start = _load(
+        votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, stride_position, stride_layer, num_layers, capsules,
+        capsule_dim, L, N, D)
     n = tl.arange(0, N)
     h = tl.arange(0, D)
     grad = tl.load(grad_ptr + position * capsules * capsule_dim + n[:, None] * capsule_dim + h[None, :],
@@ -153,6 +157,8 @@ def _backward_kernel(grad_ptr, votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, grad
         grad_a += tl.sum(grad_resp * agreement, axis=1)
         grad_agreement = grad_resp * a[:, None]
     l = tl.arange(0, L)
+    offsets, _ = vote_offsets(position, grad_stride_position, grad_stride_layer, num_layers, capsules, capsule_dim, L,
+                              N, D)
     tl.store(grad_votes_ptr + offsets, grad_votes, mask=inside)
     tl.store(grad_act_ptr + position * num_layers + l, grad_a, mask=l < num_layers)
     tl.store(grad_beta_ptr + position * 2 * capsules + n, grad_beta_a, mask=capsule_live)
@@ -169,24 +175,27 @@ def _meta(votes: torch.Tensor):
 
 def forward(votes: torch.Tensor, input_act: torch.Tensor, beta_a: torch.Tensor, beta_mu: torch.Tensor,
             iterations: int, inverse_temperature: float) -> torch.Tensor:
-    """The output capsules (P, N, D) from contiguous fp32 votes (P, L, N, D), input activations (P, L) and
-    beta_A, beta_mu (N)."""
+    """The output capsules (P, N, D), fp32, from votes (P, L, N, D) of any precision, each layer's N x D block
+    contiguous (:func:`.capsules.votes_by_position`), contiguous fp32 input activations (P, L) and beta_A, beta_mu
+    (N)."""
     positions, num_layers, capsules, capsule_dim = votes.shape
     out = torch.empty(positions, capsules, capsule_dim, dtype=torch.float32, device=votes.device)
-    _forward_kernel[(positions,)](votes, input_act, beta_a, beta_mu, out, num_layers, capsules, capsule_dim,
-                                  iterations, inverse_temperature, ROUTING_EPS, VARIANCE_FLOOR, HALF_LOG_2PI,
-                                  **_meta(votes))
+    _forward_kernel[(positions,)](votes, input_act, beta_a, beta_mu, out, votes.stride(0), votes.stride(1),
+                                  num_layers, capsules, capsule_dim, iterations, inverse_temperature, ROUTING_EPS,
+                                  VARIANCE_FLOOR, HALF_LOG_2PI, **_meta(votes))
     return out
 
 
 def backward(grad: torch.Tensor, votes: torch.Tensor, input_act: torch.Tensor, beta_a: torch.Tensor,
              beta_mu: torch.Tensor, iterations: int, inverse_temperature: float):
-    """The gradients of the votes, the input activations, beta_A and beta_mu given ``grad`` of the output."""
+    """The gradients of the votes (in their precision and layout), the input activations, beta_A and beta_mu given
+    ``grad`` of the output."""
     positions, num_layers, capsules, capsule_dim = votes.shape
     grad_votes = torch.empty_like(votes)
     grad_act = torch.empty_like(input_act)
     grad_beta = torch.empty(positions, 2, capsules, dtype=torch.float32, device=votes.device)
     _backward_kernel[(positions,)](grad, votes, input_act, beta_a, beta_mu, grad_votes, grad_act, grad_beta,
+                                   votes.stride(0), votes.stride(1), grad_votes.stride(0), grad_votes.stride(1),
                                    num_layers, capsules, capsule_dim, iterations, inverse_temperature, ROUTING_EPS,
                                    VARIANCE_FLOOR, HALF_LOG_2PI, **_meta(votes))
     grad_beta = grad_beta.sum(0)

@@ -94,14 +94,15 @@ class EMRouting(CapsuleRouting):
             nn.init.normal_(self.activation_weight, std=self.embed_dim ** -0.5)
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        weight = self.activation_weight.float()
-        input_act = torch.sigmoid(
-            torch.einsum("...ld,ld->...l", capsules, weight) + self.activation_bias.float()
-        )
+        # A^H_l (Eq. 11) in fp32: the product promotes the capsules as it reads them, so that what it saves for its
+        # backward is the capsules themselves, not an fp32 copy
+        logit = (capsules * self.activation_weight.float()).sum(dim=-1) + self.activation_bias.float()
+        input_act = torch.sigmoid(logit)
         beta_a, beta_mu = self.beta_a.float(), self.beta_mu.float()
         if not self.capture_agreement and not torch.compiler.is_compiling():
             return em_route(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature,
                             self.kernels)
+        votes = votes.float()
         if not self.capture_agreement:  # compiled (--compile-routing): the loop, for torch.compile to fuse
             return em_iterations(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature)
         self.input_activations = input_act.detach()

@@ -19,14 +19,24 @@ def stream_chunk(streams_ptr, p, i, c, live, n, channels):
 
 
 @triton.jit
-def position_votes(votes_ptr, position, num_layers, capsules, capsule_dim, L: tl.constexpr, N: tl.constexpr,
-                   D: tl.constexpr):
-    """Votes (P, L, N, D), contiguous: one position's as an (L, N, D) tile, zero where padded, with the tile's mask
-    and offsets (for the votes' gradient)."""
+def vote_offsets(position, stride_position, stride_layer, num_layers, capsules, capsule_dim, L: tl.constexpr,
+                 N: tl.constexpr, D: tl.constexpr):
+    """Votes (P, L, N, D) with each layer's N x D block contiguous and any strides between positions and layers:
+    one position's (L, N, D) tile as offsets, with its mask."""
     l = tl.arange(0, L)
     n = tl.arange(0, N)
     h = tl.arange(0, D)
     inside = (l[:, None, None] < num_layers) & (n[None, :, None] < capsules) & (h[None, None, :] < capsule_dim)
-    offsets = position * num_layers * capsules * capsule_dim + (l[:, None, None] * capsules + n[None, :, None]) \
-        * capsule_dim + h[None, None, :]
-    return tl.load(votes_ptr + offsets, mask=inside, other=0.0), inside, offsets
+    offsets = position * stride_position + l[:, None, None] * stride_layer \
+        + n[None, :, None] * capsule_dim + h[None, None, :]
+    return offsets, inside
+
+
+@triton.jit
+def position_votes(votes_ptr, position, stride_position, stride_layer, num_layers, capsules, capsule_dim,
+                   L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
+    """One position's votes (:func:`vote_offsets`) as an (L, N, D) fp32 tile, whatever their precision, zero where
+    padded, with the tile's mask."""
+    offsets, inside = vote_offsets(position, stride_position, stride_layer, num_layers, capsules, capsule_dim, L, N,
+                                   D)
+    return tl.load(votes_ptr + offsets, mask=inside, other=0.0).to(tl.float32), inside

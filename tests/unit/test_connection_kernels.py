@@ -230,10 +230,12 @@ def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gat
         assert_close_at_precision(fused, eager, dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("capsule_dim", [1, 4])
-def test_the_fused_em_routing_equals_the_loop_with_every_gradient(capsule_dim):
+def test_the_fused_em_routing_equals_the_loop_with_every_gradient(capsule_dim, dtype):
+    """Votes in the model's precision: the loop routes an fp32 copy, the operator reads them as they are."""
     generator = torch.Generator().manual_seed(23)
-    inputs = [torch.randn(5, 2, 4, 8 // capsule_dim, capsule_dim, generator=generator),
+    inputs = [torch.randn(5, 2, 4, 8 // capsule_dim, capsule_dim, generator=generator).to(dtype),
               torch.rand(5, 2, 4, generator=generator), torch.randn(8 // capsule_dim, generator=generator),
               torch.randn(8 // capsule_dim, generator=generator)]
     results = {}
@@ -242,22 +244,48 @@ def test_the_fused_em_routing_equals_the_loop_with_every_gradient(capsule_dim):
         out = em_route(*leaves, 3, 1.0, kernel=kernel)
         (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
         results[kernel] = out, [leaf.grad for leaf in leaves]
+    assert results["fused"][0].dtype == torch.float32
     torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
-    for fused, eager in zip(results["fused"][1], results["eager"][1]):
-        torch.testing.assert_close(fused, eager, rtol=1e-4, atol=1e-5)
+    for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
+        assert fused.dtype == leaf.dtype
+        assert_close_at_precision(fused, eager.float(), dtype)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("over_inputs", [False, True], ids=["softmax over outputs", "softmax over inputs"])
-def test_the_fused_dynamic_routing_equals_the_loop_with_its_gradient(over_inputs):
-    votes = 2 * torch.randn(5, 2, 4, 4, 2, generator=torch.Generator().manual_seed(29))
+def test_the_fused_dynamic_routing_equals_the_loop_with_its_gradient(over_inputs, dtype):
+    votes = (2 * torch.randn(5, 2, 4, 4, 2, generator=torch.Generator().manual_seed(29))).to(dtype)
     results = {}
     for kernel in ("eager", "fused"):
         leaf = votes.clone().requires_grad_()
         out = dynamic_route(leaf, 3, over_inputs, kernel=kernel)
         (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
         results[kernel] = out, leaf.grad
+    assert results["fused"][0].dtype == torch.float32 and results["fused"][1].dtype == dtype
     torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
-    torch.testing.assert_close(results["fused"][1], results["eager"][1], rtol=1e-4, atol=1e-5)
+    assert_close_at_precision(results["fused"][1], results["eager"][1].float(), dtype)
+
+
+@pytest.mark.parametrize("cls", [DynamicRouting, EMRouting])
+def test_in_bf16_the_fused_routing_saves_the_votes_and_capsules_once_in_bf16(cls):
+    """What a routing aggregator in bf16 keeps for its backward: the stacked layers, the input capsules and the
+    votes, each once and as the model made them (the operator reads the votes in place, the input activations
+    promote the capsules as they read them); no fp32 copy of either, which the eager loop saves."""
+    t, b, d, num_layers = 5, 2, 8, 4
+    saved = {}
+    for kernel in ("eager", "fused"):
+        aggregator = cls(d, num_layers, output_capsules=4, routing_iters=2, kernels=kernel).to(torch.bfloat16)
+        layers = [torch.randn(t, b, d, generator=torch.Generator().manual_seed(i)).to(torch.bfloat16)
+                  .requires_grad_() for i in range(num_layers)]
+        held = {p.untyped_storage().data_ptr() for p in aggregator.parameters()}
+        tensors = []
+        with torch.autograd.graph.saved_tensors_hooks(lambda x: tensors.append(x) or x, lambda x: x):
+            aggregator(layers)
+        # the tensors of all L layers' size: the stack, the capsules, the votes and what is made of them
+        saved[kernel] = {(x.untyped_storage().data_ptr(), x.dtype) for x in tensors
+                         if x.numel() == t * b * num_layers * d and x.untyped_storage().data_ptr() not in held}
+    assert len(saved["fused"]) == 3 and {dtype for _, dtype in saved["fused"]} == {torch.bfloat16}
+    assert torch.float32 in {dtype for _, dtype in saved["eager"]}
 
 
 def test_by_default_the_fused_operators_run_where_their_triton_kernels_do():
