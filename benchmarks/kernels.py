@@ -13,6 +13,7 @@ from typing import Callable, Counter, Dict
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from fairseq_capsagg.aggregators.base import gpu_checks_only
 
@@ -26,17 +27,37 @@ def launches_kernel(func: torch._ops.OpOverload) -> bool:
     return not func.is_view and func.overloadpacket._qualified_op_name not in NO_KERNEL
 
 
+def _where(t: torch.Tensor):
+    """What identifies the memory a tensor covers: its storage, offset, shape, strides and type."""
+    return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype
+
+
+def tensor_bytes(tensors) -> int:
+    """The bytes of the distinct tensors among ``tensors`` (any pytree), each as its operator sees it."""
+    seen = {_where(t): t for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)}
+    return sum(t.numel() * t.element_size() for t in seen.values())
+
+
 class KernelCounter(TorchDispatchMode):
-    """Counts the kernel-launching operators dispatched while it is active, by name."""
+    """Counts the kernel-launching operators dispatched while it is active, by name, and the bytes they move:
+    every tensor an operator reads (its arguments) and writes (its outputs), an output that is one of its arguments
+    (in place) counted once. A fused operator moves what it reads and writes once, whatever it computes inside;
+    an ATen operator's own re-reads (a matrix product's tiles) are not counted."""
 
     def __init__(self):
         super().__init__()
         self.counts: Counter[str] = collections.Counter()
+        self.bytes_moved = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
         if launches_kernel(func):
             self.counts[str(func.overloadpacket)] += 1
-        return func(*args, **(kwargs or {}))
+            inputs = tree_leaves((args, kwargs))
+            read = {_where(t) for t in inputs if isinstance(t, torch.Tensor)}
+            written = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and _where(t) not in read]
+            self.bytes_moved += tensor_bytes(inputs) + tensor_bytes(written)
+        return out
 
     @property
     def total(self) -> int:
@@ -44,24 +65,24 @@ class KernelCounter(TorchDispatchMode):
 
 
 def training_step(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor, prev: torch.Tensor,
-                  target: torch.Tensor, bf16: bool = False) -> Callable[[], None]:
-    """One forward and backward pass of ``model`` in training mode, its gradients reset first."""
+                  target: torch.Tensor) -> Callable[[], None]:
+    """One forward and backward pass of ``model`` in training mode, in its precision, its gradients reset first;
+    the loss in fp32."""
     model.train()
 
     def step() -> None:
         model.zero_grad(set_to_none=True)
-        with torch.autocast(src.device.type, dtype=torch.bfloat16, enabled=bf16):
-            logits, _ = model(src, lengths, prev)
+        logits, _ = model(src, lengths, prev)
         torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), target.flatten()).backward()
 
     return step
 
 
 def training_step_kernels(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
-                          prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> KernelCounter:
+                          prev: torch.Tensor, target: torch.Tensor) -> KernelCounter:
     """The kernels of one forward and backward pass (after one uncounted pass, which builds what is built
     once)."""
-    step = training_step(model, src, lengths, prev, target, bf16)
+    step = training_step(model, src, lengths, prev, target)
     with gpu_checks_only():
         step()
         with KernelCounter() as counter:

@@ -50,10 +50,10 @@ class PeakMemory(TorchDispatchMode):
 
 
 def training_step_peak_memory(model: torch.nn.Module, src: torch.Tensor, lengths: torch.Tensor,
-                              prev: torch.Tensor, target: torch.Tensor, bf16: bool = False) -> int:
+                              prev: torch.Tensor, target: torch.Tensor) -> int:
     """The peak bytes of one forward and backward pass (after one unmeasured pass, which builds what is built
     once); the gradients of the parameters count from their allocation."""
-    step = training_step(model, src, lengths, prev, target, bf16)
+    step = training_step(model, src, lengths, prev, target)
     with gpu_checks_only():
         step()
         model.zero_grad(set_to_none=True)

@@ -39,7 +39,7 @@ SYSTEMS = {"baseline": "none", **families()}
 SHAPES = {"small": dict(d=128, ffn=512), "base": dict(d=512, ffn=2048)}
 #: The measurements reported as ratios to the baseline (the operator counts also with ``--count-only``).
 RATIOS = ("train_tokens_per_s", "decode_sentences_per_s", "peak_memory_bytes", "train_kernels", "decode_kernels",
-          "train_step_peak_bytes")
+          "train_step_peak_bytes", "train_bytes_moved")
 
 
 def measure(args) -> dict:
@@ -67,10 +67,14 @@ def measure(args) -> dict:
     tgt = torch.randint(dictionary.nspecial, len(dictionary), (bsz, args.length), generator=g).to(device)
     prev = torch.cat([torch.full((bsz, 1), dictionary.eos(), device=device), tgt[:, :-1]], 1)
     lengths = torch.full((bsz,), args.length, device=device)
-    kernels = {"train_kernels": training_step_kernels(model, src, lengths, prev, tgt, args.bf16).total,
-               "decode_kernels": decoding_step_kernels(model, src[:args.decode_sentences],
-                                                       lengths[:args.decode_sentences], dictionary.eos()).total,
-               "train_step_peak_bytes": training_step_peak_memory(model, src, lengths, prev, tgt, args.bf16)}
+    # decoding in fp32 (fairseq-generate's under --bf16), training as fairseq's --bf16 trains: the model cast
+    decode_kernels = decoding_step_kernels(model, src[:args.decode_sentences], lengths[:args.decode_sentences],
+                                           dictionary.eos()).total
+    if args.bf16:
+        model = model.to(torch.bfloat16)
+    train = training_step_kernels(model, src, lengths, prev, tgt)
+    kernels = {"train_kernels": train.total, "train_bytes_moved": train.bytes_moved, "decode_kernels": decode_kernels,
+               "train_step_peak_bytes": training_step_peak_memory(model, src, lengths, prev, tgt)}
     if args.count_only:
         return {"params": params, **kernels}
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -81,8 +85,7 @@ def measure(args) -> dict:
 
     def train_step():
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16):
-            logits, _ = model(src, lengths, prev)
+        logits, _ = model(src, lengths, prev)
         loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1))
         loss.backward()
         optimizer.step()
@@ -97,7 +100,7 @@ def measure(args) -> dict:
     sync()
     train_seconds = (time.perf_counter() - start) / args.steps
 
-    model.eval()
+    model.eval().float()  # fairseq-generate decodes in fp32 under --bf16 (it casts only for --fp16)
     generator = SequenceGenerator([model], dictionary, beam_size=args.beam, max_len_a=0, max_len_b=args.length)
     dec_src = src[: args.decode_sentences]
     sample = {"net_input": {"src_tokens": dec_src, "src_lengths": lengths[: args.decode_sentences]}}
@@ -151,11 +154,14 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
     rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
     spread = (f"; median of {args.repeats} round-robin repeats, ratios paired within a round (range in brackets)"
               if args.repeats > 1 else "")
-    half = "; bf16 autocast" if args.bf16 else ""
+    half = "; bf16 training (the model cast, as fairseq's --bf16), fp32 decoding (as fairseq-generate)" \
+        if args.bf16 else ""
     flags = f"; model flags `{args.model_args}`" if args.model_args else ""
     lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
              f"{rank}{flags}{spread}. Kernels: the kernel-launching ATen operators dispatched per training step "
-             "(forward and backward) and per incremental decoding step (benchmarks/kernels.py). Step memory: the "
+             "(forward and backward) and per incremental decoding step (benchmarks/kernels.py); traffic: the bytes "
+             "they read and write per training step (each operator's arguments and outputs, no re-reads within "
+             "one). Step memory: the "
              "most memory a training step's tensors hold at once, the activations saved for the backward and the "
              "backward's own (benchmarks/memory.py).", ""]
 
@@ -163,19 +169,20 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
         low, high = r[key + "_ratio_range"]
         return f"{r[key + '_ratio']:.2f}" + (f" ({low:.2f}-{high:.2f})" if r["repeats"] > 1 else "")
 
-    kernels = ("| kernels per train step | ratio | kernels per decode step | ratio |",
+    kernels = ("| kernels per train step | ratio | kernels per decode step | ratio | traffic per train step | ratio |",
                lambda r: f"| {r['train_kernels']} | {ratio(r, 'train_kernels')} | {r['decode_kernels']} "
-                         f"| {ratio(r, 'decode_kernels')} |")
+                         f"| {ratio(r, 'decode_kernels')} | {r['train_bytes_moved'] / 2**30:.2f} GiB "
+                         f"| {ratio(r, 'train_bytes_moved')} |")
     if args.count_only:
         lines += ["| shape | system | params | FLOP bound " + kernels[0] + " step memory | ratio |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['flop_bound']:.2f} "
                   + kernels[1](r) + f" {r['train_step_peak_bytes'] / 2**20:.1f} MiB "
                   f"| {ratio(r, 'train_step_peak_bytes')} |" for r in rows]
     else:
         lines += ["| shape | system | params | train tok/s | ratio | FLOP bound | aggregator FLOP share "
                   "| decode sent/s | ratio | peak memory | ratio " + kernels[0],
-                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['shape']} | {r['system']} | {r['params'] / 1e6:.1f}M | {r['train_tokens_per_s']:.0f} "
                   f"| {ratio(r, 'train_tokens_per_s')} | {r['flop_bound']:.2f} | {r['aggregator_flop_share']:.1%} "
                   f"| {r['decode_sentences_per_s']:.2f} | {ratio(r, 'decode_sentences_per_s')} "
@@ -200,7 +207,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--beam", type=int, default=4)
     p.add_argument("--decode-sentences", type=int, default=16)
-    p.add_argument("--bf16", action="store_true")
+    p.add_argument("--bf16", action="store_true",
+                   help="train with the model cast to bf16, as fairseq's --bf16 does (decoding stays fp32, as "
+                        "fairseq-generate's with --bf16)")
     p.add_argument("--capsule-rank", type=int, default=0, help="factorised input capsules (routing systems)")
     p.add_argument("--model-args", default="", help="extra model flags for every system")
     p.add_argument("--output-dir", default="benchmarks/results")

@@ -39,14 +39,14 @@ def reference_backward(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor
     inverse_rms = torch.rsqrt(values.pow(2).mean(-1) + RMS_EPS)  # (L, P)
     dots = (values * per_position).sum(-1)
     attention = torch.softmax(dots * inverse_rms, dim=0)
-    gate = gate.float()
-    weights = gate * attention
-    weights[-1] += 1.0 - gate
+    g = gate.float()
+    weights = g * attention
+    weights[-1] += 1.0 - g
     grad_weights = (values * grad).sum(-1)  # (L, P)
     newest = torch.zeros_like(attention)
     newest[-1] = 1.0
     grad_gate = (grad_weights * (attention - newest)).sum()
-    grad_attention = gate * grad_weights
+    grad_attention = g * grad_weights
     grad_scores = attention * (grad_attention - (attention * grad_attention).sum(0, keepdim=True))
     grad_dots, grad_inverse_rms = grad_scores * inverse_rms, grad_scores * dots
     grad_layers = (weights.unsqueeze(-1) * grad + grad_dots.unsqueeze(-1) * per_position
@@ -96,12 +96,12 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 def depth_softmax(layers: Tensor, query: Tensor, gate: Tensor, kernel: str = "auto") -> Tensor:
     """:func:`aggregate_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`) for layers
-    (L, ..., C) and a query (C) or (..., C)."""
+    (L, ..., C) and a query (C) or (..., C). The fused operator reads the query and the gate in their precision
+    (a bf16 model's bf16) and computes in fp32, so that no cast of them runs each way."""
     if not runs_fused(kernel, layers):
         return aggregate_reference(layers, query, gate)
     num_layers, channels = layers.size(0), layers.size(-1)
     positions = layers[0].numel() // channels
-    flat_query = query.float().contiguous() if query.dim() == 1 else query.float().reshape(positions, channels)
-    out = _fused(layers.reshape(num_layers, positions, channels).contiguous(), flat_query.contiguous(),
-                 gate.float())
+    flat_query = query if query.dim() == 1 else query.reshape(positions, channels)
+    out = _fused(layers.reshape(num_layers, positions, channels).contiguous(), flat_query.contiguous(), gate)
     return out.view(layers.shape[1:])

@@ -112,7 +112,8 @@ def _backward_kernel(grad_ptr, layers_ptr, query_ptr, gate_ptr, grad_layers_ptr,
         if STATIC:  # this program's share of the static query's gradient
             tl.store(grad_query_ptr + program * channels + c, tl.sum(grad_q, axis=0), mask=c < channels)
         else:
-            tl.store(grad_query_ptr + p[:, None] * channels + c[None, :], grad_q, mask=pc_live)
+            tl.store(grad_query_ptr + p[:, None] * channels + c[None, :], grad_q.to(grad_query_ptr.dtype.element_ty),
+                     mask=pc_live)
 
 
 def _meta(positions: int, num_layers: int):
@@ -120,7 +121,8 @@ def _meta(positions: int, num_layers: int):
 
 
 def forward(layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: float) -> torch.Tensor:
-    """H~ (P, C) in the layers' dtype from contiguous layers (L, P, C), an fp32 query (C) or (P, C) and g."""
+    """H~ (P, C) in the layers' dtype from contiguous layers (L, P, C), a query (C) or (P, C) and g, the query and g
+    in any precision (read in fp32)."""
     num_layers, positions, channels = layers.shape
     out = torch.empty(positions, channels, dtype=layers.dtype, device=layers.device)
     grid, width = _meta(positions, num_layers)
@@ -130,14 +132,16 @@ def forward(layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: 
 
 
 def backward(grad: torch.Tensor, layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: float):
-    """The gradients of the layers, the query and g given ``grad`` of H~."""
+    """The gradients of the layers, the query and g given ``grad`` of H~, each in its input's precision."""
     num_layers, positions, channels = layers.shape
     grid, width = _meta(positions, num_layers)
     grad_layers = torch.empty_like(layers)
     static = query.dim() == 1
-    grad_query = torch.empty(grid[0] if static else positions, channels, dtype=torch.float32, device=layers.device)
+    # a static query's gradient in fp32 shares, one per program, summed after; a query per position's as it is
+    grad_query = torch.empty(grid[0] if static else positions, channels,
+                             dtype=torch.float32 if static else query.dtype, device=layers.device)
     gate_shares = torch.empty(grid[0], dtype=torch.float32, device=layers.device)
     _backward_kernel[grid](grad, layers, query, gate, grad_layers, grad_query, gate_shares, num_layers, positions,
                            channels, 0 if static else channels, eps, STATIC=static, L=width, BLOCK_P=BLOCK_P,
                            BLOCK_C=BLOCK_C)
-    return grad_layers, grad_query.sum(0) if static else grad_query, gate_shares.sum()
+    return grad_layers, grad_query.sum(0).to(query.dtype) if static else grad_query, gate_shares.sum().to(gate.dtype)

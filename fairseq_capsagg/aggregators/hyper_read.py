@@ -36,11 +36,12 @@ def reference_backward(grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, 
                        static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor) -> GRADIENTS:
     """The gradients of :func:`read_reference`'s inputs (the streams, the projection, A_m, A_r, B, s_a, s_b) from
     those of h (P, C), r (P, n, n) and b (P, n), for streams (P, n, C), written out (autograd's values, without
-    its graph): through the read, then the gates' affine maps, tanh and RMSNorm(H) W^T."""
-    x = streams.float()
+    its graph): through the read, then the gates' affine maps, tanh and RMSNorm(H) W^T. Computed in fp32, each
+    returned in its input's precision."""
+    x, weight = streams.float(), projection.float()
     inverse_rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + RMS_EPS)
     normed = x * inverse_rms
-    gates = torch.tanh(normed @ projection.t())  # (P, n, n + 2)
+    gates = torch.tanh(normed @ weight.t())  # (P, n, n + 2)
     scale_a, scale_b = read_mix_scale.float(), write_scale.float()
     read = static_read.float() + scale_a * gates[..., 0]
     grad_read = grad_read.float()
@@ -50,12 +51,14 @@ def reference_backward(grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, 
     grad_scale_a = (gates[..., 0] * grad_a).sum() + (gates[..., 1:-1] * grad_mix).sum()
     grad_scale_b = (gates[..., -1] * grad_write).sum()
     grad_pre = grad_gates * (1 - gates * gates)
-    grad_normed = grad_pre @ projection
+    grad_normed = grad_pre @ weight
     grad_x = inverse_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
     grad_x = grad_x + read.unsqueeze(-1) * grad_read.unsqueeze(-2)
     grad_projection = grad_pre.flatten(0, 1).t() @ normed.flatten(0, 1)
-    return (grad_x.to(streams.dtype), grad_projection, grad_a.sum(0), grad_mix.sum(0), grad_write.sum(0),
-            grad_scale_a, grad_scale_b)
+    static = static_read.dtype  # A_m's, A_r's and B's
+    return (grad_x.to(streams.dtype), grad_projection.to(projection.dtype), grad_a.sum(0).to(static),
+            grad_mix.sum(0).to(static), grad_write.sum(0).to(static), grad_scale_a.to(read_mix_scale.dtype),
+            grad_scale_b.to(write_scale.dtype))
 
 
 @torch.library.custom_op("capsagg::hyper_read", mutates_args=())
@@ -113,13 +116,13 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 def hyper_read(streams: Tensor, projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor,
                read_mix_scale: Tensor, write_scale: Tensor, kernel: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`read_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for streams (..., n, C):
-    h (..., C), r (..., n, n) and b (..., n)."""
+    h (..., C), r (..., n, n) and b (..., n). The fused operator reads the weights in their precision (a bf16
+    model's bf16) and computes in fp32, so that no cast of them runs each way."""
     if not runs_fused(kernel, streams):
         return read_reference(streams, projection, static_read, static_mix, static_write, read_mix_scale,
                               write_scale)
     n, channels = streams.shape[-2:]
     batch = streams.shape[:-2]
-    read, mix, write = _fused(streams.reshape(-1, n, channels).contiguous(), projection.float().contiguous(),
-                              static_read.float(), static_mix.float().contiguous(), static_write.float(),
-                              read_mix_scale.float(), write_scale.float())
+    read, mix, write = _fused(streams.reshape(-1, n, channels).contiguous(), projection.contiguous(), static_read,
+                              static_mix.contiguous(), static_write, read_mix_scale, write_scale)
     return read.view(*batch, channels), mix.view(*batch, n, n), write.view(*batch, n)

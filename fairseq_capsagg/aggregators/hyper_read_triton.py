@@ -61,13 +61,14 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
     scale_b = tl.load(scale_b_ptr).to(tl.float32)
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
-    read = tl.load(read_ptr + i, mask=i_live, other=0.0)[None, :] + scale_a * _column(gates, k, 0)
-    write = tl.load(write_ptr + i, mask=i_live, other=0.0)[None, :] + scale_b * _column(gates, k, n + 1)
+    read = tl.load(read_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + scale_a * _column(gates, k, 0)
+    write = tl.load(write_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] \
+        + scale_b * _column(gates, k, n + 1)
     tl.store(out_write_ptr + p[:, None] * n + i[None, :], write, mask=pi_live)
     # r_ij = A_r,ij + s_a G_i(1+j): G's columns 1..n gathered as (P, N_i, N_j)
     j_of_k = tl.where(k[None, None, None, :] == i[None, None, :, None] + 1, gates[:, :, None, :], 0.0)
     ij_live = i_live[:, None] & i_live[None, :]
-    static_mix = tl.load(mix_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0)
+    static_mix = tl.load(mix_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0).to(tl.float32)
     mix = static_mix[None, :, :] + scale_a * tl.sum(j_of_k, axis=3)
     tl.store(out_mix_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :], mix,
              mask=pi_live[:, :, None] & i_live[None, None, :])
@@ -110,7 +111,7 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     gates = _tanh(acc * inverse_rms[:, :, None])
     scale_a = tl.load(scale_a_ptr).to(tl.float32)
     scale_b = tl.load(scale_b_ptr).to(tl.float32)
-    read = tl.load(read_ptr + i, mask=i_live, other=0.0)[None, :] + scale_a * _column(gates, k, 0)
+    read = tl.load(read_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + scale_a * _column(gates, k, 0)
     # the gates' gradient, (P, N, K): column 0 from a, 1..n from r, n + 1 from b
     in_mix = (k[None, None, :] >= 1) & (k[None, None, :] <= n) & pi_live[:, :, None]
     grad_mix = tl.load(grad_mix_ptr + p[:, None, None] * n * n + i[None, :, None] * n + k[None, None, :] - 1,
@@ -160,8 +161,8 @@ def _meta(positions: int, n: int):
 
 
 def forward(streams, projection, static_read, static_mix, static_write, read_mix_scale, write_scale, eps):
-    """h (P, C) in the streams' dtype, r (P, n, n) and b (P, n) fp32 from contiguous streams (P, n, C), fp32 W
-    (n + 2, C), A_m (n), A_r (n, n), B (n) and the scalars s_a, s_b."""
+    """h (P, C) in the streams' dtype, r (P, n, n) and b (P, n) fp32 from contiguous streams (P, n, C), W (n + 2, C),
+    A_m (n), A_r (n, n), B (n) and the scalars s_a, s_b, each in any precision (read in fp32)."""
     positions, n, channels = streams.shape
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
     mix = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
@@ -174,7 +175,8 @@ def forward(streams, projection, static_read, static_mix, static_write, read_mix
 
 
 def backward(grad_read, grad_mix, grad_write, streams, projection, static_read, read_mix_scale, write_scale, eps):
-    """The gradients of the streams, W, A_m, A_r, B, s_a and s_b given those of the forward's outputs."""
+    """The gradients of the streams, W, A_m, A_r, B, s_a and s_b given those of the forward's outputs, each in its
+    input's precision."""
     positions, n, channels = streams.shape
     grid, width, outputs = _meta(positions, n)
     programs = grid[0]
@@ -187,5 +189,7 @@ def backward(grad_read, grad_mix, grad_write, streams, projection, static_read, 
                            shares["scales"], positions, n, channels, eps, N=width, K=outputs, BLOCK_P=BLOCK_P,
                            BLOCK_C=BLOCK_C)
     scales = shares["scales"].sum(0)
-    return (grad_streams, shares["w"].sum(0), shares["read"].sum(0), shares["mix"].sum(0), shares["write"].sum(0),
-            scales[0], scales[1])
+    static = static_read.dtype  # A_m's, A_r's and B's
+    return (grad_streams, shares["w"].sum(0).to(projection.dtype), shares["read"].sum(0).to(static),
+            shares["mix"].sum(0).to(static), shares["write"].sum(0).to(static), scales[0].to(read_mix_scale.dtype),
+            scales[1].to(write_scale.dtype))

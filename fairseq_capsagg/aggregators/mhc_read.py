@@ -50,7 +50,8 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
                        pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
                        home: int) -> GRADIENTS:
     """The gradients of :func:`read_reference`'s inputs from those of h (P, C), H_res's logits (P, n, n) and H_post
-    (P, n), for streams (P, n, C), written out (autograd's values, without its graph)."""
+    (P, n), for streams (P, n, C), written out (autograd's values, without its graph); computed in fp32, each
+    returned in its input's precision (b_res's in b_pre's)."""
     positions, n, channels = streams.shape
     x = streams.float()
     flat = x.reshape(positions, n * channels)
@@ -76,8 +77,9 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
     grad_normed = grad_dynamic @ phi.float()
     grad_flat = inverse_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
     grad_x = grad_flat.view(positions, n, channels) + read.unsqueeze(-1) * grad_read.unsqueeze(-2)
-    return (grad_x.to(streams.dtype), grad_dynamic.t() @ normed, grad_pre.sum(0), grad_post.sum(0),
-            grad_res.sum(0).view(n, n), grad_alpha, grad_gate)
+    return (grad_x.to(streams.dtype), (grad_dynamic.t() @ normed).to(phi.dtype), grad_pre.sum(0).to(pre_logits.dtype),
+            grad_post.sum(0).to(post_logits.dtype), grad_res.sum(0).view(n, n).to(pre_logits.dtype),
+            grad_alpha.to(alpha.dtype), grad_gate.to(gate.dtype))
 
 
 @torch.library.custom_op("capsagg::mhc_read", mutates_args=())
@@ -135,12 +137,12 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 def mhc_read(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor,
              alpha: Tensor, gate: Tensor, home: int, kernel: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`read_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`), for streams (..., n, C):
-    h (..., C), H_res's logits (..., n, n) and H_post (..., n)."""
+    h (..., C), H_res's logits (..., n, n) and H_post (..., n). The fused operator reads the weights in their
+    precision (a bf16 model's bf16) and computes in fp32, so that no cast of them runs each way."""
     if not runs_fused(kernel, streams):
         return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home)
     n, channels = streams.shape[-2:]
     batch = streams.shape[:-2]
-    read, res, write = _fused(streams.reshape(-1, n, channels).contiguous(), phi.float().contiguous(),
-                              pre_logits.float(), post_logits.float(), res_logits.float().contiguous(),
-                              alpha.float(), gate.float(), home)
+    read, res, write = _fused(streams.reshape(-1, n, channels).contiguous(), phi.contiguous(), pre_logits,
+                              post_logits, res_logits.contiguous(), alpha, gate, home)
     return read.view(*batch, channels), res.view(*batch, n, n), write.view(*batch, n)

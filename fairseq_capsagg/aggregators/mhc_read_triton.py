@@ -32,7 +32,7 @@ def _phi(phi_ptr, i, k, c, n, outputs, channels):
     """phi (N, K, BLOCK_C) of chunk c: column i C + c of row k, zero where padded."""
     inside = (i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels)
     return tl.load(phi_ptr + k[None, :, None] * n * channels + i[:, None, None] * channels + c[None, None, :],
-                   mask=inside, other=0.0)
+                   mask=inside, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -69,12 +69,12 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
     _, dynamic = _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P, N, K, BLOCK_C)
-    alpha_pre = tl.load(alpha_ptr)
-    alpha_post = tl.load(alpha_ptr + 1)
-    alpha_res = tl.load(alpha_ptr + 2)
-    g = tl.minimum(tl.maximum(tl.load(gate_ptr), 0.0), 1.0)
-    pre = tl.load(pre_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_pre * _pick(dynamic, i, k, 0)
-    post = tl.load(post_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_post * _pick(dynamic, i, k, n)
+    alpha_pre = tl.load(alpha_ptr).to(tl.float32)
+    alpha_post = tl.load(alpha_ptr + 1).to(tl.float32)
+    alpha_res = tl.load(alpha_ptr + 2).to(tl.float32)
+    g = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
+    pre = tl.load(pre_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + alpha_pre * _pick(dynamic, i, k, 0)
+    post = tl.load(post_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + alpha_post * _pick(dynamic, i, k, n)
     read = g * _sigmoid(pre) + tl.where(i[None, :] == home, 1.0 - g, 0.0)
     write = 1.0 + g * (2.0 * _sigmoid(post) - 1.0)
     tl.store(out_write_ptr + p[:, None] * n + i[None, :], write, mask=pi_live)
@@ -82,7 +82,8 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     ij = 2 * n + i[:, None] * n + i[None, :]
     res = tl.sum(tl.where(k[None, None, None, :] == ij[None, :, :, None], dynamic[:, None, None, :], 0.0), axis=3)
     ij_live = i_live[:, None] & i_live[None, :]
-    res = tl.load(res_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0)[None, :, :] + alpha_res * res
+    static_res = tl.load(res_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0).to(tl.float32)
+    res = static_res[None, :, :] + alpha_res * res
     tl.store(out_res_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :], res,
              mask=live[:, None, None] & ij_live[None, :, :])
     read = read.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the streams' dtype
@@ -114,14 +115,16 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
                          mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
         grad_a += tl.sum(grad_h[:, None, :] * x, axis=2)
-    alpha_pre = tl.load(alpha_ptr)
-    alpha_post = tl.load(alpha_ptr + 1)
-    alpha_res = tl.load(alpha_ptr + 2)
-    g = tl.minimum(tl.maximum(tl.load(gate_ptr), 0.0), 1.0)
+    alpha_pre = tl.load(alpha_ptr).to(tl.float32)
+    alpha_post = tl.load(alpha_ptr + 1).to(tl.float32)
+    alpha_res = tl.load(alpha_ptr + 2).to(tl.float32)
+    g = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
     dynamic_pre = _pick(dynamic, i, k, 0)
     dynamic_post = _pick(dynamic, i, k, n)
-    pre_sigmoid = _sigmoid(tl.load(pre_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_pre * dynamic_pre)
-    post_sigmoid = _sigmoid(tl.load(post_ptr + i, mask=i_live, other=0.0)[None, :] + alpha_post * dynamic_post)
+    pre_sigmoid = _sigmoid(tl.load(pre_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :]
+                           + alpha_pre * dynamic_pre)
+    post_sigmoid = _sigmoid(tl.load(post_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :]
+                            + alpha_post * dynamic_post)
     home_hot = tl.where(i[None, :] == home, 1.0, 0.0)
     read = home_hot + g * (pre_sigmoid - home_hot)
     grad_write = tl.load(grad_write_ptr + p[:, None] * n + i[None, :], mask=pi_live, other=0.0)
@@ -181,7 +184,8 @@ def _meta(positions: int, n: int):
 
 def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps):
     """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
-    (P, n, C) and fp32 phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate."""
+    (P, n, C) and phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate, each in any precision (read in
+    fp32)."""
     positions, n, channels = streams.shape
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
     res = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
@@ -193,7 +197,8 @@ def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home
 
 
 def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps):
-    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs."""
+    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs, each
+    in its input's precision (b_res's in b_pre's; the small ones cast at once: one module's weights)."""
     positions, n, channels = streams.shape
     grid, width, outputs = _meta(positions, n)
     grad_streams = torch.empty_like(streams)
@@ -202,6 +207,7 @@ def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_log
     _backward_kernel[grid](grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
                            grad_streams, phi_shares, small_shares, positions, n, channels, home, eps, N=width,
                            K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
-    small = small_shares.sum(0)
-    return (grad_streams, phi_shares.sum(0), small[:n], small[n:2 * n], small[2 * n:2 * n + n * n].view(n, n),
-            small[2 * n + n * n:2 * n + n * n + 3], small[-1])
+    small = small_shares.sum(0).to(pre_logits.dtype)
+    return (grad_streams, phi_shares.sum(0).to(phi.dtype), small[:n], small[n:2 * n].to(post_logits.dtype),
+            small[2 * n:2 * n + n * n].view(n, n), small[2 * n + n * n:2 * n + n * n + 3].to(alpha.dtype),
+            small[-1].to(gate.dtype))

@@ -35,7 +35,8 @@ def gelu_derivative(x: Tensor) -> Tensor:
 def reference_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor,
                        static: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """The gradients of :func:`aggregate_reference`'s layers (L, P, C), W_1, W_2 and b from that of Omega
-    (S, P, C), written out (autograd's values, without its graph)."""
+    (S, P, C), written out (autograd's values, without its graph); computed in fp32, each returned in its input's
+    precision."""
     values, grad = layers.float(), grad.float()
     newest = values[-1]
     inverse_rms = torch.rsqrt(newest.pow(2).mean(-1, keepdim=True) + RMS_EPS)
@@ -49,7 +50,8 @@ def reference_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor,
     grad_pre = (flat @ fc2.float()) * gelu_derivative(pre)
     grad_normed = grad_pre @ fc1.float()
     grad_layers[-1] += inverse_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
-    return (grad_layers.to(layers.dtype), grad_pre.t() @ normed, flat.t() @ hidden, grad_weights.sum(0))
+    return (grad_layers.to(layers.dtype), (grad_pre.t() @ normed).to(fc1.dtype), (flat.t() @ hidden).to(fc2.dtype),
+            grad_weights.sum(0).to(static.dtype))
 
 
 @torch.library.custom_op("capsagg::mudd_aggregate", mutates_args=())
@@ -92,10 +94,11 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 def mudd_aggregate(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, kernel: str = "auto") -> Tensor:
     """:func:`aggregate_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`) for layers
-    (L, ..., C): Omega (S, ..., C)."""
+    (L, ..., C): Omega (S, ..., C). The fused operator reads the weights in their precision (a bf16 model's bf16)
+    and computes in fp32, so that no cast of them runs each way."""
     if not runs_fused(kernel, layers):
         return aggregate_reference(layers, fc1, fc2, static)
     num_layers, channels = layers.size(0), layers.size(-1)
     flat = layers.reshape(num_layers, -1, channels).contiguous()
-    out = _fused(flat, fc1.float().contiguous(), fc2.float().contiguous(), static.float().contiguous())
+    out = _fused(flat, fc1.contiguous(), fc2.contiguous(), static.contiguous())
     return out.view(static.size(0), *layers.shape[1:])

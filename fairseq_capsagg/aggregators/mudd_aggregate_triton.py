@@ -49,7 +49,7 @@ def _newest(layers_ptr, p, c, live, num_layers, positions, channels):
 @triton.jit
 def _fc1(fc1_ptr, h, c, hidden, channels):
     return tl.load(fc1_ptr + h[:, None] * channels + c[None, :], mask=(h[:, None] < hidden) & (c[None, :] < channels),
-                   other=0.0)
+                   other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -72,7 +72,7 @@ def _fc2(fc2_ptr, s, l, h, streams, num_layers, hidden):
     """W_2 as (S, L, H)."""
     inside = (s[:, None, None] < streams) & (l[None, :, None] < num_layers) & (h[None, None, :] < hidden)
     return tl.load(fc2_ptr + (s[:, None, None] * num_layers + l[None, :, None]) * hidden + h[None, None, :],
-                   mask=inside, other=0.0)
+                   mask=inside, other=0.0).to(tl.float32)
 
 
 @triton.jit
@@ -89,7 +89,7 @@ def _forward_kernel(layers_ptr, fc1_ptr, fc2_ptr, static_ptr, out_ptr, num_layer
     activation = _gelu(pre)
     fc2 = _fc2(fc2_ptr, s, l, h, streams, num_layers, hidden)
     sl_live = (s[:, None] < streams) & (l[None, :] < num_layers)
-    static = tl.load(static_ptr + s[:, None] * num_layers + l[None, :], mask=sl_live, other=0.0)
+    static = tl.load(static_ptr + s[:, None] * num_layers + l[None, :], mask=sl_live, other=0.0).to(tl.float32)
     weights = tl.sum(activation[:, None, None, :] * fc2[None, :, :, :], axis=3) + static[None, :, :]  # (P, S, L)
     weights = weights.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the layers' dtype
     for start in range(0, channels, BLOCK_C):
@@ -124,7 +124,7 @@ def _backward_kernel(grad_ptr, layers_ptr, fc1_ptr, fc2_ptr, static_ptr, grad_la
     activation = _gelu(pre)
     fc2 = _fc2(fc2_ptr, s, l, h, streams, num_layers, hidden)
     sl_live = (s[:, None] < streams) & (l[None, :] < num_layers)
-    static = tl.load(static_ptr + s[:, None] * num_layers + l[None, :], mask=sl_live, other=0.0)
+    static = tl.load(static_ptr + s[:, None] * num_layers + l[None, :], mask=sl_live, other=0.0).to(tl.float32)
     weights = tl.sum(activation[:, None, None, :] * fc2[None, :, :, :], axis=3) + static[None, :, :]
     # this program's shares of b's and W_2's gradients, and the MLP's backward to its pre-activation
     tl.store(static_shares_ptr + program * streams * num_layers + s[:, None] * num_layers + l[None, :],
@@ -170,7 +170,8 @@ def _meta(positions: int, num_layers: int, streams: int, hidden: int):
 
 def forward(layers: torch.Tensor, fc1: torch.Tensor, fc2: torch.Tensor, static: torch.Tensor,
             eps: float) -> torch.Tensor:
-    """Omega (S, P, C) in the layers' dtype from contiguous layers (L, P, C) and fp32 W_1, W_2, b."""
+    """Omega (S, P, C) in the layers' dtype from contiguous layers (L, P, C) and W_1, W_2, b in any precision (read
+    in fp32)."""
     num_layers, positions, channels = layers.shape
     streams, hidden = static.size(0), fc1.size(0)
     out = torch.empty(streams, positions, channels, dtype=layers.dtype, device=layers.device)
@@ -181,7 +182,7 @@ def forward(layers: torch.Tensor, fc1: torch.Tensor, fc2: torch.Tensor, static: 
 
 def backward(grad: torch.Tensor, layers: torch.Tensor, fc1: torch.Tensor, fc2: torch.Tensor, static: torch.Tensor,
              eps: float):
-    """The gradients of the layers, W_1, W_2 and b given ``grad`` of Omega."""
+    """The gradients of the layers, W_1, W_2 and b given ``grad`` of Omega, each in its input's precision."""
     num_layers, positions, channels = layers.shape
     streams, hidden = static.size(0), fc1.size(0)
     meta, grid = _meta(positions, num_layers, streams, hidden)
@@ -189,4 +190,4 @@ def backward(grad: torch.Tensor, layers: torch.Tensor, fc1: torch.Tensor, fc2: t
     shares = [torch.empty(grid[0], *t.shape, dtype=torch.float32, device=layers.device) for t in (fc1, fc2, static)]
     _backward_kernel[grid](grad, layers, fc1, fc2, static, grad_layers, *shares, num_layers, positions, channels,
                            streams, hidden, eps, **meta)
-    return (grad_layers, *(share.sum(0) for share in shares))
+    return (grad_layers, *(share.sum(0).to(t.dtype) for share, t in zip(shares, (fc1, fc2, static))))

@@ -119,11 +119,12 @@ def mix_reference(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERA
 
 def mix_reference_backward(logits: Tensor, gate: Tensor, grad: Tensor,
                            iterations: int = SINKHORN_ITERATIONS) -> Tuple[Tensor, Tensor]:
-    """The gradients of :func:`mix_reference`'s logits (P, n, n) and gate given ``grad`` of its output."""
+    """The gradients of :func:`mix_reference`'s logits (P, n, n) and gate (in its precision) given ``grad`` of its
+    output."""
     grad = grad.float().transpose(-1, -2)
     identity = torch.eye(logits.size(-1), device=logits.device)
     grad_gate = (grad * (sinkhorn_reference(logits, iterations) - identity)).sum()
-    return reference_backward(logits, gate.float().clamp(0.0, 1.0) * grad, iterations), grad_gate
+    return reference_backward(logits, gate.float().clamp(0.0, 1.0) * grad, iterations), grad_gate.to(gate.dtype)
 
 
 @torch.library.custom_op("capsagg::mhc_mix", mutates_args=())
@@ -167,10 +168,10 @@ _mix_fused.register_autograd(_mix_backward, setup_context=_mix_setup_context)
 
 def mhc_mix(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "auto") -> Tensor:
     """:func:`mix_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`): fused, Sinkhorn-Knopp and
-    the blend as one operator each way (``capsagg::mhc_mix``)."""
+    the blend as one operator each way (``capsagg::mhc_mix``), which reads the gate in its precision."""
     if not runs_fused(kernel, logits):
         return mix_reference(logits, gate, iterations)
     with torch.autocast(device_type=logits.device.type, enabled=False):
         shape = logits.shape
         flat = logits.float().reshape(-1, *shape[-2:]).contiguous()
-        return _mix_fused(flat, gate.float(), iterations).view(shape)
+        return _mix_fused(flat, gate, iterations).view(shape)

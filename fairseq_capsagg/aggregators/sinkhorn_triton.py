@@ -63,7 +63,7 @@ def _forward_kernel(logits_ptr, gate_ptr, out_ptr, positions, n, iterations, BLE
     x = tl.where(valid, x, float("-inf"))
     matrices = tl.exp(_iterate(x, valid, iterations))
     if BLEND:
-        gate = tl.minimum(tl.maximum(tl.load(gate_ptr), 0.0), 1.0)
+        gate = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
         identity = tl.where(diagonal, 1.0, 0.0)
         tl.store(out_ptr + transposed, identity + gate * (matrices - identity), mask=inside)
     else:
@@ -79,7 +79,7 @@ def _backward_kernel(logits_ptr, gate_ptr, grad_ptr, out_ptr, gate_shares_ptr, p
     matrices = tl.exp(_iterate(logits, valid, iterations))
     if BLEND:  # back through I + g (P^T - I)
         grad = tl.load(grad_ptr + transposed, mask=inside, other=0.0)
-        gate = tl.minimum(tl.maximum(tl.load(gate_ptr), 0.0), 1.0)
+        gate = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
         identity = tl.where(diagonal, 1.0, 0.0)
         tl.store(gate_shares_ptr + tl.program_id(0),
                  tl.sum(tl.sum(tl.sum(grad * (matrices - identity), axis=2), axis=1), axis=0))
@@ -104,8 +104,8 @@ def _grid(logits: torch.Tensor):
 
 
 def forward(logits: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The doubly stochastic matrices P of ``logits`` (P, n, n), fp32 and contiguous; with a ``gate``,
-    I + g (P^T - I)."""
+    """The doubly stochastic matrices P of ``logits`` (P, n, n), fp32 and contiguous; with a ``gate`` (any
+    precision, read in fp32), I + g (P^T - I)."""
     out = torch.empty_like(logits)
     grid, meta = _grid(logits)
     _forward_kernel[grid](logits, logits if gate is None else gate, out, logits.size(0), logits.size(-1), iterations,
@@ -115,10 +115,10 @@ def forward(logits: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] 
 
 def backward(logits: torch.Tensor, grad: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] = None):
     """The gradient with respect to ``logits`` of the forward's output given ``grad`` (both (P, n, n)); with a
-    ``gate``, also the gate's."""
+    ``gate``, also the gate's, in its precision."""
     out = torch.empty_like(logits)
     grid, meta = _grid(logits)
     shares = torch.empty(grid[0], dtype=torch.float32, device=logits.device)
     _backward_kernel[grid](logits, logits if gate is None else gate, grad, out, shares, logits.size(0),
                            logits.size(-1), iterations, BLEND=gate is not None, **meta)
-    return out if gate is None else (out, shares.sum())
+    return out if gate is None else (out, shares.sum().to(gate.dtype))

@@ -30,8 +30,8 @@ def test_speed_benchmark_writes_ratios(tmp_path):
 
 
 def test_count_only_writes_kernels_and_memory_per_step_under_its_name(tmp_path):
-    """--count-only: no timing, the kernels per training and decoding step and the step's memory against the
-    baseline's, in seconds; mHC's fused read, Sinkhorn and write count one kernel each way where the eager
+    """--count-only: no timing, the kernels per training and decoding step, the bytes they move and the step's memory
+    against the baseline's, in seconds; mHC's fused read, Sinkhorn and write count one kernel each way where the eager
     references launch hundreds a block."""
     common = [sys.executable, str(ROOT / "benchmarks" / "speed.py"), "--count-only", "--shapes", "small",
               "--systems", "baseline", "mhc", "--tokens", "64", "--length", "8", "--decode-sentences", "2",
@@ -47,8 +47,12 @@ def test_count_only_writes_kernels_and_memory_per_step_under_its_name(tmp_path):
     # the step's memory is counted too: mHC's four streams hold more than one residual stream, more so eager
     assert fused[0]["train_step_peak_bytes"] == eager[0]["train_step_peak_bytes"]
     assert 1 < fused[1]["train_step_peak_bytes_ratio"] < eager[1]["train_step_peak_bytes_ratio"]
+    # and the bytes its operators move: the eager Sinkhorn's iterations read and write every H_res many times
+    assert fused[0]["train_bytes_moved"] == eager[0]["train_bytes_moved"]
+    assert 1 < fused[1]["train_bytes_moved_ratio"] < eager[1]["train_bytes_moved_ratio"]
     assert "kernels per train step" in (tmp_path / "fused.md").read_text()
     assert "| step memory | ratio |" in (tmp_path / "fused.md").read_text()
+    assert "| traffic per train step | ratio |" in (tmp_path / "fused.md").read_text()
 
 
 def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, monkeypatch):
@@ -58,8 +62,8 @@ def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, mo
     import speed
 
     def measured(tokens_per_s: float) -> dict:
-        return {"params": 1e6, "train_kernels": 100, "decode_kernels": 10, "train_steps_per_s": 1.0,
-                "train_tokens_per_s": tokens_per_s, "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
+        return {"params": 1e6, "train_kernels": 100, "decode_kernels": 10, "train_bytes_moved": 2**30,
+                "train_steps_per_s": 1.0, "train_tokens_per_s": tokens_per_s, "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
 
     args = argparse.Namespace(
         shapes=["small"], systems=["baseline", "mudd", "hc"], repeats=2, vocab=500, length=8, tokens=128, beam=4,

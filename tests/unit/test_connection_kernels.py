@@ -94,9 +94,10 @@ def test_the_fused_hyper_read_equals_the_reference_with_every_gradient(dtype):
     output once, where autograd's bf16 graph rounds every branch of the streams' gradient)."""
     generator = torch.Generator().manual_seed(11)
     n, c = 3, 10
-    inputs = [(2 * torch.randn(5, 2, n, c, generator=generator)).to(dtype), torch.randn(n + 2, c, generator=generator),
+    inputs = [2 * torch.randn(5, 2, n, c, generator=generator), torch.randn(n + 2, c, generator=generator),
               torch.randn(n, generator=generator), torch.randn(n, n, generator=generator),
               torch.randn(n, generator=generator), torch.tensor(0.3), torch.tensor(-0.7)]
+    inputs = [x.to(dtype) for x in inputs]  # the weights too, as in a model cast to bf16 (fairseq's --bf16)
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
@@ -163,8 +164,9 @@ def test_a_model_computes_what_the_eager_one_does_with_the_fused_kernels(family,
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_fused_depth_softmax_equals_the_reference_with_every_gradient(query_shape, dtype):
     generator = torch.Generator().manual_seed(13)
-    inputs = [(2 * torch.randn(4, 5, 2, 8, generator=generator)).to(dtype), torch.randn(query_shape, generator=generator),
+    inputs = [2 * torch.randn(4, 5, 2, 8, generator=generator), torch.randn(query_shape, generator=generator),
               torch.tensor(0.7)]
+    inputs = [x.to(dtype) for x in inputs]  # the query and gate too, as in a model cast to bf16 (fairseq's --bf16)
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
@@ -183,8 +185,9 @@ def test_the_fused_depth_softmax_equals_the_reference_with_every_gradient(query_
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_fused_mudd_aggregate_equals_the_reference_with_every_gradient(streams, dtype):
     generator = torch.Generator().manual_seed(17)
-    inputs = [(2 * torch.randn(3, 5, 2, 8, generator=generator)).to(dtype), torch.randn(6, 8, generator=generator),
+    inputs = [2 * torch.randn(3, 5, 2, 8, generator=generator), torch.randn(6, 8, generator=generator),
               torch.randn(streams * 3, 6, generator=generator), torch.randn(streams, 3, generator=generator)]
+    inputs = [x.to(dtype) for x in inputs]  # the weights too, as in a model cast to bf16 (fairseq's --bf16)
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
@@ -209,10 +212,11 @@ def test_the_fused_depth_softmax_keeps_the_identity_start_exact():
 def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gate, dtype):
     generator = torch.Generator().manual_seed(19)
     n, c = 3, 6
-    inputs = [(2 * torch.randn(5, 2, n, c, generator=generator)).to(dtype),
+    inputs = [2 * torch.randn(5, 2, n, c, generator=generator),
               torch.randn(2 * n + n * n, n * c, generator=generator), torch.randn(n, generator=generator),
               torch.randn(n, generator=generator), torch.randn(n, n, generator=generator),
               torch.randn(3, generator=generator), torch.tensor(gate)]
+    inputs = [x.to(dtype) for x in inputs]  # the weights too, as in a model cast to bf16 (fairseq's --bf16)
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]

@@ -36,3 +36,17 @@ def test_a_training_aggregate_costs_its_finite_check_only_on_the_cpu(checks):
         with KernelCounter() as counter:
             aggregator(layers)
     assert ("aten._local_scalar_dense" in counter.counts) == (checks == "cpu")  # the check reads its result back
+
+
+def test_the_bytes_moved_are_what_each_operator_reads_and_writes():
+    x = torch.randn(4, 6)
+    w = torch.randn(6, 3, dtype=torch.float64)
+    with KernelCounter() as counter:
+        x.view(24).t()  # a view moves nothing
+        y = x * 2  # reads x, writes y: 2 x 24 floats
+    assert counter.bytes_moved == 2 * 24 * 4
+    with KernelCounter() as counter:
+        y.add_(x)  # in place: reads y and x, writes y, counted once
+        x.to(torch.bfloat16)  # reads 24 floats, writes 24 bf16
+        x.double() @ w  # the cast (24 floats in, 24 doubles out), then 24 + 18 doubles in and 12 out
+    assert counter.bytes_moved == 2 * 24 * 4 + (24 * 4 + 24 * 2) + (24 * 4 + 24 * 8) + (24 + 18 + 12) * 8

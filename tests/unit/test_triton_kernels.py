@@ -131,6 +131,28 @@ def test_the_hyper_read_kernels_compute_the_references_read_weights_and_gradient
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_the_hyper_read_kernels_read_bf16_weights_as_their_fp32_values():
+    """A bf16 model's weights go in as they are: the kernels upcast them as they load them, so the outputs are the
+    ones of their fp32 values exactly, and each weight's gradient is theirs rounded once to bf16."""
+    generator = torch.Generator().manual_seed(41)
+    n, channels = 3, 70
+    shapes = [(n + 2, channels), (n,), (n, n), (n,), (), ()]
+    weights = [torch.randn(shape, generator=generator).to(torch.bfloat16).to(DEVICE) for shape in shapes]
+    streams = torch.randn(6, n, channels, generator=generator).to(DEVICE)
+    grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((6, channels), (6, n, n), (6, n))]
+    exact = [w.float() for w in weights]
+    for got, want in zip(hyper_read_triton.forward(streams, *weights, RMS_EPS),
+                         hyper_read_triton.forward(streams, *exact, RMS_EPS)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    read_by_backward = (0, 1, 4, 5)  # W, A_m, s_a, s_b
+    got = hyper_read_triton.backward(*grads, streams, *(weights[i] for i in read_by_backward), RMS_EPS)
+    want = hyper_read_triton.backward(*grads, streams, *(exact[i] for i in read_by_backward), RMS_EPS)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    for got_grad, want_grad in zip(got[1:], want[1:]):
+        assert got_grad.dtype == torch.bfloat16
+        torch.testing.assert_close(got_grad, want_grad.to(torch.bfloat16), rtol=0, atol=0)
+
+
 def test_the_hyper_read_kernel_keeps_the_identity_start_exact():
     """W = 0: a is one-hot, so h is exactly the home stream, r = A_r and b = B."""
     streams = torch.randn(5, 4, 16).to(DEVICE)
@@ -216,6 +238,60 @@ def test_the_mhc_read_kernels_compute_the_references_read_logits_and_gradients(p
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("kernels", ["depth softmax, static query", "depth softmax, query per position", "mudd"])
+def test_the_dense_connection_kernels_read_bf16_weights_as_their_fp32_values(kernels):
+    """Attention over depth's query and gate and MUDD's MLP in a bf16 model's precision: upcast as they are loaded,
+    the outputs those of their fp32 values exactly, each gradient theirs rounded once to bf16."""
+    generator = torch.Generator().manual_seed(47)
+    layers = torch.randn(4, 9, 70, generator=generator).to(DEVICE)
+    grad_shape = (3, 9, 70) if kernels == "mudd" else (9, 70)
+    grad = torch.randn(grad_shape, generator=generator).to(DEVICE)
+    module, shapes = ((mudd_aggregate_triton, [(5, 70), (12, 5), (3, 4)]) if kernels == "mudd" else
+                      (depth_softmax_triton, [(70,) if "static" in kernels else (9, 70), ()]))
+    weights = [torch.randn(shape, generator=generator).to(torch.bfloat16).to(DEVICE) for shape in shapes]
+    exact = [w.float() for w in weights]
+    torch.testing.assert_close(module.forward(layers, *weights, RMS_EPS), module.forward(layers, *exact, RMS_EPS),
+                               rtol=0, atol=0)
+    got, want = module.backward(grad, layers, *weights, RMS_EPS), module.backward(grad, layers, *exact, RMS_EPS)
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    for index, (got_grad, want_grad) in enumerate(zip(got[1:], want[1:])):
+        assert got_grad.dtype == torch.bfloat16
+        # a query per position's gradient is rounded by the kernel as it stores it (Triton's interpreter rounds
+        # towards zero, torch to nearest): one bf16 step apart at most; the others are rounded by torch, exactly
+        rounded_by_kernel = index == 0 and kernels == "depth softmax, query per position"
+        torch.testing.assert_close(got_grad, want_grad.to(torch.bfloat16), rtol=2 ** -7 if rounded_by_kernel else 0,
+                                   atol=0)
+
+
+def test_the_mhc_kernels_read_bf16_weights_as_their_fp32_values():
+    """As the hyper-connection's: mHC's read and its blend upcast a bf16 model's weights as they load them; each
+    weight's gradient is the fp32 one rounded once to bf16."""
+    generator = torch.Generator().manual_seed(43)
+    n, channels, home = 3, 20, 1
+    shapes = [(2 * n + n * n, n * channels), (n,), (n,), (n, n), (3,), ()]
+    weights = [torch.randn(shape, generator=generator).to(torch.bfloat16).to(DEVICE) for shape in shapes]
+    streams = torch.randn(6, n, channels, generator=generator).to(DEVICE)
+    grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((6, channels), (6, n, n), (6, n))]
+    exact = [w.float() for w in weights]
+    for got, want in zip(mhc_read_triton.forward(streams, *weights, home, RMS_EPS),
+                         mhc_read_triton.forward(streams, *exact, home, RMS_EPS)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+    read_by_backward = (0, 1, 2, 4, 5)  # phi, b_pre, b_post, alpha, the gate
+    got = mhc_read_triton.backward(*grads, streams, *(weights[i] for i in read_by_backward), home, RMS_EPS)
+    want = mhc_read_triton.backward(*grads, streams, *(exact[i] for i in read_by_backward), home, RMS_EPS)
+    logits, mix_grad = grads[1], torch.randn(6, n, n, generator=generator).to(DEVICE)
+    torch.testing.assert_close(sinkhorn_triton.forward(logits, 20, weights[-1]),
+                               sinkhorn_triton.forward(logits, 20, exact[-1]), rtol=0, atol=0)
+    got = (*got, *sinkhorn_triton.backward(logits, mix_grad, 20, weights[-1]))
+    want = (*want, *sinkhorn_triton.backward(logits, mix_grad, 20, exact[-1]))
+    for index, (got_grad, want_grad) in enumerate(zip(got, want)):
+        if index in (0, 7):  # the streams' and the logits' gradients, fp32
+            torch.testing.assert_close(got_grad, want_grad, rtol=0, atol=0)
+        else:
+            assert got_grad.dtype == torch.bfloat16, index
+            torch.testing.assert_close(got_grad, want_grad.to(torch.bfloat16), rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("gate", [0.4, -0.3])
 def test_the_blending_sinkhorn_kernels_compute_mhcs_mix_and_gradients(gate):
     """I + g (P^T - I) and the gradients of the logits and the gate (the identity through the clamp)."""
@@ -293,6 +369,7 @@ def test_the_routing_kernels_read_the_votes_in_their_precision_and_layout(dtype)
         torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
         grad_votes = kernel_backward(votes)[0]
         assert grad_votes.dtype == dtype and grad_votes.stride() == votes.stride(), name
-        # rounded to bf16 from fp32 sums in another order: at most one bf16 step (2^-7 relative) apart
+        # rounded to bf16 by the kernel as it stores it (Triton's interpreter rounds towards zero, torch to nearest)
+        # from fp32 sums in another order: one bf16 step (2^-7 relative) apart at most
         rtol = 1e-4 if dtype == torch.float32 else 2 ** -7
         torch.testing.assert_close(grad_votes, expected_grad.to(dtype), rtol=rtol, atol=1e-4)
