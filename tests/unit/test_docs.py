@@ -129,18 +129,49 @@ KERNEL_ROWS = {"Transformer": ("baseline", "kernels-cpu"), "linear combination":
                   for kind, run in (("fused (default on CUDA)", "kernels-cpu"), ("eager", "kernels-cpu-eager"))}}
 
 
-def test_the_kernel_counts_are_what_the_benchmark_published():
-    text = RESULTS.read_text(encoding="utf-8").split("### Kernels per step")[1].split("###")[0]
-    rows = [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
+def table_rows(heading: str):
+    """The rows of the tables under docs/results.md's ``### heading``, their header rows left out."""
+    text = RESULTS.read_text(encoding="utf-8").split(f"### {heading}")[1].split("###")[0]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in text.splitlines()
             if line.startswith("| ") and not line.startswith("| system")]
+
+
+def published_row(name: str, system: str) -> dict:
+    published = json.loads((ROOT / "docs" / "results" / f"{name}.json").read_text())["rows"]
+    return next(r for r in published if r["system"] == system and r["shape"] == "small")
+
+
+def assert_per_step_cells(label: str, row: dict, cells: dict) -> None:
+    """Each (value, ratio) cell pair of a per-step table against the published row: kernels as counted, traffic in
+    GiB, step memory in MiB, ratios to two decimals."""
+    formats = {"train_kernels": lambda v: f"{v:,}", "decode_kernels": lambda v: f"{v:,}",
+               "train_bytes_moved": lambda v: f"{v / 2**30:.2f} GiB",
+               "train_step_peak_bytes": lambda v: f"{v / 2**20:.1f} MiB"}
+    for key, (value, ratio) in cells.items():
+        assert value == formats[key](row[key]), (label, key)
+        assert float(ratio) == pytest.approx(row[key + "_ratio"], abs=0.005), (label, key)
+
+
+def test_the_kernel_counts_are_what_the_benchmark_published():
+    rows = table_rows("Kernels per step")
     assert [row[0] for row in rows] == list(KERNEL_ROWS)
-    for label, train, train_ratio, decode, decode_ratio, memory, memory_ratio in rows:
+    for label, *cells in rows:
         system, name = KERNEL_ROWS[label]
-        published = json.loads((ROOT / "docs" / "results" / f"{name}.json").read_text())["rows"]
-        row = next(r for r in published if r["system"] == system and r["shape"] == "small")
-        assert (int(train.replace(",", "")), int(decode.replace(",", ""))) == (row["train_kernels"],
-                                                                               row["decode_kernels"]), label
-        assert float(train_ratio) == pytest.approx(row["train_kernels_ratio"], abs=0.005), label
-        assert float(decode_ratio) == pytest.approx(row["decode_kernels_ratio"], abs=0.005), label
-        assert memory == f"{row['train_step_peak_bytes'] / 2**20:.1f} MiB", label
-        assert float(memory_ratio) == pytest.approx(row["train_step_peak_bytes_ratio"], abs=0.005), label
+        keys = ("train_kernels", "decode_kernels", "train_bytes_moved", "train_step_peak_bytes")
+        assert_per_step_cells(label, published_row(name, system), dict(zip(keys, zip(cells[::2], cells[1::2]))))
+
+
+#: docs/results.md's bf16 table: each label's system in the bf16 run.
+BF16_ROWS = {"Transformer": "baseline", "linear combination": "linagg", "dynamic combination": "dyncomb",
+             "dynamic routing": "dynrouting", "EM routing": "emrouting", "DWA": "dwa",
+             "attention over depth": "depthattn", "MUDD": "mudd", "DLCL": "dlcl", "hyper-connections": "hc",
+             "mHC": "mhc"}
+
+
+def test_the_bf16_counts_are_what_the_benchmark_published():
+    rows = table_rows("In bf16")
+    assert [row[0] for row in rows] == list(BF16_ROWS)
+    for label, *cells in rows:
+        keys = ("train_kernels", "train_bytes_moved", "train_step_peak_bytes")
+        assert_per_step_cells(label, published_row("kernels-cpu-bf16", BF16_ROWS[label]),
+                              dict(zip(keys, zip(cells[::2], cells[1::2]))))
