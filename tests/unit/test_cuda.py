@@ -54,15 +54,20 @@ def test_cuda_logits_and_gradients_are_the_cpus_and_the_eager_paths(family):
             torch.testing.assert_close(results[name][1][parameter], grad, **TOLERANCE, msg=parameter)
 
 
+@pytest.mark.parametrize("precision", ["autocast", "cast"])
 @pytest.mark.parametrize("family", ARCHS)
-def test_a_bf16_training_step_is_finite(family):
+def test_a_bf16_training_step_is_finite(family, precision):
+    """Under autocast, and with the model cast to bf16 as fairseq's --bf16 trains it (the fused kernels then read
+    bf16 weights)."""
     model, dictionary = build_tiny_model(ARCHS[family])
     model = away_from_the_start(model).cuda().train()
+    if precision == "cast":
+        model = model.to(torch.bfloat16)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     src, lengths, prev = batch(dictionary, "cuda")
     for _ in range(2):
         optimizer.zero_grad()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "autocast"):
             logits = model(src, lengths, prev)[0]
         loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), prev.flatten())
         loss.backward()
