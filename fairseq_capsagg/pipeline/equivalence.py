@@ -97,3 +97,11 @@ def faster(point: Dict[str, object], band: Dict[int, Tuple[float, float]]) -> Op
     if point["updates_ratio"] is None or point["update"] not in band:
         return None
     return point["updates_ratio"][0] > band[point["update"]][1]
+
+
+def slower(point: Dict[str, object], band: Dict[int, Tuple[float, float]]) -> Optional[bool]:
+    """Whether a row converges slower at ``point``: its ratio against every reference run below the noise band's
+    bottom (None where either is missing)."""
+    if point["updates_ratio"] is None or point["update"] not in band:
+        return None
+    return point["updates_ratio"][1] < band[point["update"]][0]

@@ -38,6 +38,10 @@ def test_a_row_is_faster_only_above_the_transformers_band_against_every_run():
     assert equivalence.faster(point, band) is True
     assert equivalence.faster(dict(point, updates_ratio=[1.05, 1.5]), band) is False  # one run inside the band
     assert equivalence.faster(dict(point, updates_ratio=None), band) is None
+    assert equivalence.slower(point, band) is False
+    assert equivalence.slower(dict(point, updates_ratio=[0.5, 0.9]), band) is True  # below 0.95 against both runs
+    assert equivalence.slower(dict(point, updates_ratio=[0.5, 1.0]), band) is False  # one run inside the band
+    assert equivalence.slower(dict(point, updates_ratio=None), band) is None
     assert equivalence.row_equivalence(row, references, [2000], None)[0]["updates_ratio"] is None  # not validated
 
 

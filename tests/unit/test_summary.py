@@ -118,6 +118,15 @@ def test_a_ratio_within_the_transformers_band_is_said_so(published, tmp_path):
     assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == "0.99-1.01, within"
 
 
+def test_a_ratio_below_the_transformers_band_is_said_so(published, tmp_path):
+    """A method that needs more updates than the Transformer to reach its loss is slower, not within the noise."""
+    one_epoch, converged, equivalence = published
+    payload = json.loads(equivalence.read_text())
+    payload["compute_equivalence"]["rows"]["scratch-hc-s1"][-1]["updates_ratio"] = [0.38, 0.39]
+    publish(equivalence, payload)
+    assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == "0.38-0.39, below"
+
+
 def test_the_converged_runs_table_lists_every_scored_row_against_its_own_run(published):
     _, converged, _ = published
     table = converged_runs_table(converged).splitlines()

@@ -95,7 +95,7 @@ def converged_cells(tables: List[Tuple[str, Table]]) -> Dict[Tuple[str, str], st
 
 def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
     """Each system's compute-equivalence at its last point, the span over the Transformer runs, and whether it
-    lies above the Transformer's own band (``1.31-1.42, above``)."""
+    lies above, within or below the Transformer's own band (``1.31-1.42, above``)."""
     if table is None:
         return {}
     measured = table["compute_equivalence"]
@@ -106,7 +106,8 @@ def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
         if not points or points[-1]["updates_ratio"] is None:
             continue
         last = points[-1]
-        verdict = {True: ", above", False: ", within", None: ""}[equivalence.faster(last, band)]
+        faster, slower = equivalence.faster(last, band), equivalence.slower(last, band)
+        verdict = "" if faster is None else ", above" if faster else ", below" if slower else ", within"
         cells[(row["system"], "")] = span(last["updates_ratio"]) + verdict
     return cells
 
