@@ -63,7 +63,8 @@ def test_tables_written_after_each_measurement_list_what_is_pending(tmp_path, mo
 
     def measured(tokens_per_s: float) -> dict:
         return {"params": 1e6, "train_kernels": 100, "decode_kernels": 10, "train_bytes_moved": 2**30,
-                "train_steps_per_s": 1.0, "train_tokens_per_s": tokens_per_s, "decode_sentences_per_s": 2.0, "peak_memory_bytes": 2**20}
+                "train_steps_per_s": 1.0, "train_tokens_per_s": tokens_per_s, "decode_sentences_per_s": 2.0,
+                "peak_memory_bytes": 2**20}
 
     args = argparse.Namespace(
         shapes=["small"], systems=["baseline", "mudd", "hc"], repeats=2, vocab=500, length=8, tokens=128, beam=4,
