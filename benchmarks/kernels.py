@@ -27,15 +27,11 @@ def launches_kernel(func: torch._ops.OpOverload) -> bool:
     return not func.is_view and func.overloadpacket._qualified_op_name not in NO_KERNEL
 
 
-def _where(t: torch.Tensor):
-    """What identifies the memory a tensor covers: its storage, offset, shape, strides and type."""
-    return t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype
-
-
-def tensor_bytes(tensors) -> int:
-    """The bytes of the distinct tensors among ``tensors`` (any pytree), each as its operator sees it."""
-    seen = {_where(t): t for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)}
-    return sum(t.numel() * t.element_size() for t in seen.values())
+def _distinct(tensors) -> Dict[tuple, torch.Tensor]:
+    """The distinct tensors among ``tensors`` (any pytree), keyed by the memory each covers: its storage, offset,
+    shape, strides and type."""
+    return {(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype): t
+            for t in tree_leaves(tensors) if isinstance(t, torch.Tensor)}
 
 
 class KernelCounter(TorchDispatchMode):
@@ -53,10 +49,8 @@ class KernelCounter(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if launches_kernel(func):
             self.counts[str(func.overloadpacket)] += 1
-            inputs = tree_leaves((args, kwargs))
-            read = {_where(t) for t in inputs if isinstance(t, torch.Tensor)}
-            written = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor) and _where(t) not in read]
-            self.bytes_moved += tensor_bytes(inputs) + tensor_bytes(written)
+            moved = {**_distinct(out), **_distinct((args, kwargs))}  # an output written in place is read too
+            self.bytes_moved += sum(t.numel() * t.element_size() for t in moved.values())
         return out
 
     @property
