@@ -19,7 +19,8 @@ from fairseq_capsagg.aggregators.base import gpu_checks_only
 
 #: Operators that are no view by their schema but launch no kernel either.
 NO_KERNEL = frozenset({"aten::_unsafe_view", "aten::empty", "aten::empty_like", "aten::empty_strided",
-                       "aten::new_empty", "aten::new_empty_strided", "aten::lift_fresh"})
+                       "aten::new_empty", "aten::new_empty_strided", "aten::lift_fresh",
+                       "aten::set_"})
 
 
 def launches_kernel(func: torch._ops.OpOverload) -> bool:

@@ -1,12 +1,11 @@
 """The interface every layer aggregator implements."""
 
 import contextlib
-from typing import ClassVar, Iterator, List, Optional, Tuple, Type
+from typing import ClassVar, Iterator, List, Optional, Tuple, Type, Union
 
 import torch
 from torch import Tensor, nn
 
-from .saved_layers import saved_as_layers
 from .settings import AggregationConfigError, Settings
 
 
@@ -89,10 +88,6 @@ class LayerAggregator(nn.Module):
         self.num_layers = num_layers
         self.streams = 1  # outputs per position: more for multiway connections between blocks
         self.side = ""  # "encoder" or "decoder", set by build_aggregator, for error messages
-        #: Autograd saves the stacked layers as the layer outputs themselves (:func:`.saved_layers.saved_as_layers`):
-        #: set by the dense connections, whose connections would otherwise save the early layers again and again;
-        #: at the stack's output the copy is saved once, and restacking it would cost as much at the backward's peak.
-        self.saves_layers_once = False
 
     @classmethod
     def validate(cls, settings: Settings, embed_dim: int, side: str = "") -> None:
@@ -137,26 +132,26 @@ class LayerAggregator(nn.Module):
         """Multiply-adds per position of the connections after each of ``num_blocks`` blocks."""
         return sum(cls.multiply_adds(embed_dim, block + 2, settings) for block in range(num_blocks))
 
-    def forward(self, layers: List[Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
+    def forward(self, layers: Union[List[Tensor], Tensor], padding_mask: Optional[Tensor] = None) -> Tensor:
         """Aggregates the layers.
 
         Args:
-            layers: L tensors of shape (T, B, C), bottom layer first.
+            layers: L tensors of shape (T, B, C), bottom layer first, or those already stacked as :meth:`stack`
+                stacks them (the dense connections between blocks hold them so,
+                :class:`~fairseq_capsagg.aggregators.layer_history.LayerHistory`).
             padding_mask: (B, T), True at padded positions, or None.
 
         Returns:
             (T, B, C): the aggregated representation, zero at padded positions; with
             :attr:`streams` S > 1, (S, T, B, C): one aggregate per input stream of the next block.
         """
-        if len(layers) != self.num_layers:
+        stacked = self.stack(layers)
+        if stacked.size(self.stack_dim) != self.num_layers:
             raise ValueError(
                 f"{type(self).__name__} was built for {self.num_layers} layers but got "
-                f"{len(layers)}; layer dropping (layerdrop) cannot be combined with layer aggregation"
+                f"{stacked.size(self.stack_dim)}; layer dropping (layerdrop) cannot be combined with layer aggregation"
             )
-        inputs = self.stack_inputs(layers)
-        stacked = torch.stack(inputs, dim=self.stack_dim)
-        with saved_as_layers(stacked, inputs, self.stack_dim) if self.saves_layers_once else contextlib.nullcontext():
-            out = self.aggregate(stacked, padding_mask)
+        out = self.aggregate(stacked, padding_mask)
         if padding_mask is not None:
             out = out.masked_fill(padding_mask.transpose(0, 1).unsqueeze(-1), 0.0)
         if self.training and checks_finite(out) and not torch.isfinite(out).all() and torch.isfinite(stacked).all():
@@ -169,13 +164,17 @@ class LayerAggregator(nn.Module):
         """Where :meth:`stack` puts depth."""
         return 0 if self.depth_first else 2
 
-    def stack_inputs(self, layers: List[Tensor]) -> List[Tensor]:
-        """What :meth:`stack` stacks: the layers themselves; a subclass may transform each first."""
-        return layers
+    def stack_input(self, index: int, layer: Tensor) -> Tensor:
+        """What :meth:`stack` holds of the layer output at depth ``index`` (from 0): the output itself; a
+        subclass may transform it first (DLCL normalises it)."""
+        return layer
 
-    def stack(self, layers: List[Tensor]) -> Tensor:
-        """The layers as :meth:`aggregate` reads them: (T, B, L, C), or (L, T, B, C) if :attr:`depth_first`."""
-        return torch.stack(self.stack_inputs(layers), dim=self.stack_dim)
+    def stack(self, layers: Union[List[Tensor], Tensor]) -> Tensor:
+        """The layers as :meth:`aggregate` reads them: (T, B, L, C), or (L, T, B, C) if :attr:`depth_first`;
+        layers given stacked, as they are."""
+        if isinstance(layers, Tensor):
+            return layers
+        return torch.stack([self.stack_input(index, layer) for index, layer in enumerate(layers)], dim=self.stack_dim)
 
     def describe_fault(self, layers: Tensor, padding_mask: Optional[Tensor]) -> str:
         """Says where a non-finite output came from (called only when one did)."""

@@ -6,6 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from .base import LayerAggregator
+from .layer_history import weighted_sum
 from .registry import register_aggregator
 from .settings import Settings
 
@@ -44,4 +45,4 @@ class DepthWeightedAverage(LayerAggregator):
         return self.weight.float().expand(*layers.shape[1:3], 1, self.num_layers)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
-        return torch.tensordot(self.weight.to(layers.dtype), layers, dims=1)
+        return weighted_sum(self.weight, layers)

@@ -1,12 +1,13 @@
 """Dynamic linear combination of layers, DLCL (Wang et al., "Learning Deep Transformer Models for
 Machine Translation", ACL 2019)."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional
 
 import torch
 from torch import Tensor, nn
 
 from .base import LayerAggregator
+from .layer_history import weighted_sum
 from .registry import register_aggregator
 from .settings import Settings
 
@@ -31,26 +32,20 @@ class DynamicLinearCombination(LayerAggregator):
     depth_first = True
     starts_as_transformer = False
 
-    def __init__(self, embed_dim: int, num_layers: int, norms: Optional[nn.ModuleList] = None,
-                 normalised: Optional[Dict[int, Tuple[Tensor, Tensor]]] = None, last: bool = True):
+    def __init__(self, embed_dim: int, num_layers: int, norms: Optional[nn.ModuleList] = None):
         super().__init__(embed_dim, num_layers)
         self.weight = nn.Parameter(torch.full((num_layers,), 1.0 / num_layers))
         self.norms = norms if norms is not None else nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(num_layers))
         if len(self.norms) != num_layers:
             raise ValueError(f"{len(self.norms)} LayerNorms for {num_layers} layers")
-        #: LN_k(y_k) of the layer outputs seen in this forward pass, by the output's identity, shared by the
-        #: connections of one stack (each output is normalised once); emptied by the stack's last connection.
-        self.normalised = normalised if normalised is not None else {}
-        self.last = last
 
     @classmethod
     def connect_blocks(cls, embed_dim: int, num_blocks: int, settings: Settings) -> List["DynamicLinearCombination"]:
-        """The connections after each block, sharing one LayerNorm per layer output (the embedding's first) and the
-        layer outputs they normalised."""
+        """The connections after each block, sharing one LayerNorm per layer output (the embedding's first): the
+        stack holds each output normalised once, which every connection after it reads
+        (:class:`~fairseq_capsagg.aggregators.layer_history.LayerHistory`)."""
         norms = nn.ModuleList(nn.LayerNorm(embed_dim) for _ in range(num_blocks + 1))
-        normalised: Dict[int, Tuple[Tensor, Tensor]] = {}
-        return [cls(embed_dim, block + 2, nn.ModuleList(norms[:block + 2]), normalised, last=block == num_blocks - 1)
-                for block in range(num_blocks)]
+        return [cls(embed_dim, block + 2, nn.ModuleList(norms[:block + 2])) for block in range(num_blocks)]
 
     @classmethod
     def multiply_adds(cls, embed_dim: int, num_layers: int, settings: Settings) -> float:
@@ -66,19 +61,10 @@ class DynamicLinearCombination(LayerAggregator):
         """(T, B, 1, L) fp32: the weight of each normalised layer at each position (the same everywhere)."""
         return self.weight.float().expand(*layers.shape[1:3], 1, self.num_layers)
 
-    def stack_inputs(self, layers: List[Tensor]) -> List[Tensor]:
-        """LN_k(y_k), stacked (L, T, B, C) for :meth:`aggregate`; an output an earlier connection of this pass
-        normalised is taken from it."""
-        normalised = []
-        for norm, layer in zip(self.norms, layers):
-            seen = self.normalised.get(id(layer))
-            if seen is None or seen[0] is not layer:
-                seen = self.normalised[id(layer)] = (layer, norm(layer))
-            normalised.append(seen[1])
-        if self.last:
-            self.normalised.clear()
-        return normalised
+    def stack_input(self, index: int, layer: Tensor) -> Tensor:
+        """LN_k(y_k) for k = ``index``: what the stack (L, T, B, C) holds of y_k."""
+        return self.norms[index](layer)
 
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         """sum_k W_k LN_k(y_k) of the normalised outputs :meth:`stack` hands over."""
-        return torch.tensordot(self.weight.to(layers.dtype), layers, dims=1)
+        return weighted_sum(self.weight, layers)

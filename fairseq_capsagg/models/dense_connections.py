@@ -6,6 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from torch import Tensor, nn
 
 from ..aggregators import LayerAggregator
+from ..aggregators.layer_history import LayerHistory
 
 
 class DenseConnections(nn.Module):
@@ -26,8 +27,9 @@ class DenseConnections(nn.Module):
       pre-norm block). That self-attention then projects its key and value from
       their own inputs; its weights are unchanged.
 
-    Each B_i is saved for the backward once, by reference, however many
-    connections read it (:attr:`LayerAggregator.saves_layers_once`).
+    The B_i of one forward pass are written once each into one buffer, which
+    every connection reads without a copy (:class:`~fairseq_capsagg.aggregators.layer_history.LayerHistory`;
+    DLCL's buffer holds each output normalised once).
 
     Every connection works per position, so in incremental decoding a step's
     history is the current position's outputs only, and the keys and values of
@@ -38,11 +40,12 @@ class DenseConnections(nn.Module):
         super().__init__()
         if len(connections) != len(layers):
             raise ValueError(f"{len(connections)} connections for {len(layers)} blocks")
+        if not all(connection.depth_first for connection in connections):
+            raise ValueError("connections between blocks read their layers depth first")
         self.connections = nn.ModuleList(connections)
-        for connection in connections:
-            connection.saves_layers_once = True
         self.normalize_before = normalize_before
-        self.history: List[Tensor] = []
+        self.embedding: Optional[Tensor] = None  # B_0, written with B_1
+        self.history: Optional[LayerHistory] = None
         self.attention_inputs: Optional[Tensor] = None  # (3, T, B, C): the next block's query, key, value
         layers[0].register_forward_pre_hook(self._begin)
         for index, layer in enumerate(layers):
@@ -53,15 +56,21 @@ class DenseConnections(nn.Module):
                     functools.partial(self._multiway_inputs, layer), with_kwargs=True)
 
     def _begin(self, block: nn.Module, args: Tuple[Any, ...]) -> None:
-        self.history = [args[0]]
+        self.embedding = args[0]
+        self.history = LayerHistory(len(self.connections) + 1)
         self.attention_inputs = None
 
     def _connect(self, index: int, block: nn.Module, args: Tuple[Any, ...], output: Any) -> Any:
-        newest = output[0] if isinstance(output, tuple) else output
-        self.history.append(newest)
-        mixed = self.connections[index](self.history)
+        connection = self.connections[index]
+        newest = connection.stack_input(index + 1, output[0] if isinstance(output, tuple) else output)
+        if index == 0:
+            stacked = self.history.extend([connection.stack_input(0, self.embedding), newest])
+            self.embedding = None
+        else:
+            stacked = self.history.extend([newest])
+        mixed = connection(stacked)
         if index == len(self.connections) - 1:
-            self.history = []
+            self.history = None
         if mixed.dim() == 4:  # (query, key, value, residual); split, whose backward is one concatenation
             self.attention_inputs, residual = mixed.split((3, 1))
             mixed = residual.squeeze(0)

@@ -1,6 +1,11 @@
-"""Slow references of fairseq's encoder blocks and randomised parameters, for the connection tests."""
+"""Slow references of fairseq's encoder blocks and of the connections' stacks, and randomised parameters, for the
+connection tests."""
+
+from typing import List, Sequence
 
 import torch
+
+from fairseq_capsagg.aggregators.layer_history import LayerHistory
 
 
 def randomise(module: torch.nn.Module, seed: int = 0) -> None:
@@ -36,3 +41,16 @@ def encoder_and_embedding(encoder, dictionary, lengths=(6, 3)):
         got = encoder(src, src_lengths=(~padding_mask).sum(1))["encoder_out"][0]
         x, _ = encoder.forward_embedding(src)
     return got, (x * (1 - padding_mask.unsqueeze(-1).type_as(x))).transpose(0, 1), padding_mask
+
+
+class StackPerConnection(LayerHistory):
+    """The reference: each connection stacks every layer given so far (a copy per connection), autograd adds up
+    each layer's gradients."""
+
+    def __init__(self, depth: int):
+        super().__init__(depth)
+        self.layers: List[torch.Tensor] = []
+
+    def extend(self, layers: Sequence[torch.Tensor]) -> torch.Tensor:
+        self.layers += layers
+        return torch.stack(self.layers)

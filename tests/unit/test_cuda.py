@@ -5,7 +5,10 @@ training step is finite, and incremental decoding equals the full forward."""
 import pytest
 import torch
 
+from blocks import StackPerConnection
 from fairseq_capsagg.aggregators import families
+from fairseq_capsagg.models import dense_connections
+from fairseq_capsagg.aggregators.layer_history import LayerHistory
 from helpers import build_tiny_model, random_tokens
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -91,21 +94,22 @@ def test_incremental_decoding_equals_the_full_forward_on_cuda(family):
 
 
 @pytest.mark.parametrize("family", ["dwa", "dlcl", "depthattn", "mudd"])
-def test_connections_between_blocks_hold_each_layer_output_once_on_cuda(family):
-    """The CUDA allocator holds less after the forward when the connections save their stacks as the layers
-    (tests/unit/test_saved_layers.py counts how much less on the CPU)."""
+def test_connections_between_blocks_hold_each_layer_output_once_on_cuda(family, monkeypatch):
+    """The CUDA allocator holds less after the forward with the layers in one buffer than with a stack per
+    connection, and the logits are the same (tests/unit/test_layer_history.py counts how much less on the CPU)."""
     model, dictionary = build_tiny_model(ARCHS[family])
     model = model.cuda().train()
     src, lengths, prev = batch(dictionary, "cuda")
-    connections = [c for side in (model.encoder, model.decoder) for c in side.dense_connections.connections]
-    held = {}
-    for once in (False, True):
-        for connection in connections:
-            connection.saves_layers_once = once
+    held, logits = {}, {}
+    for history_type in (StackPerConnection, LayerHistory):
+        monkeypatch.setattr(dense_connections, "LayerHistory", history_type)
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
-        logits = model(src, lengths, prev)[0]
-        held[once] = torch.cuda.memory_allocated() - before
-        logits.float().pow(2).mean().backward()
-        del logits
-    assert held[True] < held[False]
+        torch.manual_seed(1)  # the same dropout
+        out = model(src, lengths, prev)[0]
+        held[history_type] = torch.cuda.memory_allocated() - before
+        out.float().pow(2).mean().backward()
+        logits[history_type] = out.detach()
+        del out
+    assert held[LayerHistory] < held[StackPerConnection]
+    assert torch.equal(logits[LayerHistory], logits[StackPerConnection])
