@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from .fused import runs_fused, triton_kernels
+from .layer_history import history_of
 from .normalisation import RMS_EPS
 
 
@@ -83,6 +84,33 @@ def _(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor) -> Tuple[Tensor
     return torch.empty_like(layers), torch.empty_like(query), torch.empty_like(gate)
 
 
+@torch.library.custom_op("capsagg::depth_softmax_backward_into", mutates_args=("grad_layers",))
+def _fused_backward_into(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, grad_layers: Tensor,
+                         accumulate: bool) -> Tuple[Tensor, Tensor]:
+    """:func:`_fused_backward` with the layers' gradient written into ``grad_layers``, or added to it."""
+    kernels = triton_kernels("depth_softmax_triton", layers)
+    if kernels is not None:
+        return kernels.backward(grad, layers, query, gate, RMS_EPS, grad_layers, accumulate)[1:]
+    grad_of_layers, grad_query, grad_gate = reference_backward(grad, layers, query, gate)
+    if accumulate:
+        grad_layers.add_(grad_of_layers)
+    else:
+        grad_layers.copy_(grad_of_layers)
+    return grad_query, grad_gate
+
+
+@_fused_backward_into.register_fake
+def _(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, grad_layers: Tensor,
+      accumulate: bool) -> Tuple[Tensor, Tensor]:
+    return torch.empty_like(query), torch.empty_like(gate)
+
+
+def _backward_into(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, target: Tensor,
+                   fresh: bool) -> Tuple[Tensor, Tensor]:
+    """The backward of a :class:`~.layer_history.LayerHistory`'s stack: the layers' gradient put into ``target``."""
+    return _fused_backward_into(grad.contiguous(), layers, query, gate, target, not fresh)
+
+
 def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
     ctx.save_for_backward(*inputs)
 
@@ -97,11 +125,14 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 def depth_softmax(layers: Tensor, query: Tensor, gate: Tensor, kernel: str = "auto") -> Tensor:
     """:func:`aggregate_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`) for layers
     (L, ..., C) and a query (C) or (..., C). The fused operator reads the query and the gate in their precision
-    (a bf16 model's bf16) and computes in fp32, so that no cast of them runs each way."""
+    (a bf16 model's bf16) and computes in fp32, so that no cast of them runs each way; on a
+    :class:`~.layer_history.LayerHistory`'s stack its backward puts the layers' gradient into the history's."""
     if not runs_fused(kernel, layers):
         return aggregate_reference(layers, query, gate)
     num_layers, channels = layers.size(0), layers.size(-1)
     positions = layers[0].numel() // channels
     flat_query = query if query.dim() == 1 else query.reshape(positions, channels)
-    out = _fused(layers.reshape(num_layers, positions, channels).contiguous(), flat_query.contiguous(), gate)
+    inputs = (layers.reshape(num_layers, positions, channels).contiguous(), flat_query.contiguous(), gate)
+    history = history_of(layers)
+    out = _fused(*inputs) if history is None else history.apply(_fused, _backward_into, *inputs)
     return out.view(layers.shape[1:])

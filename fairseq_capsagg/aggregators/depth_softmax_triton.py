@@ -10,6 +10,8 @@ as one share per program and summed afterwards, so that no two programs add into
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -68,8 +70,8 @@ def _forward_kernel(layers_ptr, query_ptr, gate_ptr, out_ptr, num_layers, positi
 
 @triton.jit
 def _backward_kernel(grad_ptr, layers_ptr, query_ptr, gate_ptr, grad_layers_ptr, grad_query_ptr, gate_shares_ptr,
-                     num_layers, positions, channels, query_stride, eps, STATIC: tl.constexpr, L: tl.constexpr,
-                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                     num_layers, positions, channels, query_stride, eps, STATIC: tl.constexpr, ACCUMULATE: tl.constexpr,
+                     L: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     program = tl.program_id(0)
     p = program * BLOCK_P + tl.arange(0, BLOCK_P)
     l = tl.arange(0, L)
@@ -106,8 +108,11 @@ def _backward_kernel(grad_ptr, layers_ptr, query_ptr, gate_ptr, grad_layers_ptr,
         grad_x = (weights[:, :, None] * grad[None, :, :] + grad_dots[:, :, None] * q[None, :, :]
                   - grad_norm[:, :, None] * x)
         inside = (l[:, None, None] < num_layers) & pc_live[None, :, :]
-        tl.store(grad_layers_ptr + l[:, None, None] * positions * channels + p[None, :, None] * channels
-                 + c[None, None, :], grad_x.to(grad_layers_ptr.dtype.element_ty), mask=inside)
+        grad_layers_at = grad_layers_ptr + l[:, None, None] * positions * channels + p[None, :, None] * channels \
+            + c[None, None, :]
+        if ACCUMULATE:  # added to the gradient already there
+            grad_x += tl.load(grad_layers_at, mask=inside, other=0.0).to(tl.float32)
+        tl.store(grad_layers_at, grad_x.to(grad_layers_ptr.dtype.element_ty), mask=inside)
         grad_q = tl.sum(grad_dots[:, :, None] * x, axis=0)  # (P, BLOCK_C)
         if STATIC:  # this program's share of the static query's gradient
             tl.store(grad_query_ptr + program * channels + c, tl.sum(grad_q, axis=0), mask=c < channels)
@@ -131,17 +136,20 @@ def forward(layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: 
     return out
 
 
-def backward(grad: torch.Tensor, layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: float):
-    """The gradients of the layers, the query and g given ``grad`` of H~, each in its input's precision."""
+def backward(grad: torch.Tensor, layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: float,
+             grad_layers: Optional[torch.Tensor] = None, accumulate: bool = False):
+    """The gradients of the layers, the query and g given ``grad`` of H~, each in its input's precision; the layers'
+    written into ``grad_layers`` where given (contiguous, as the layers), or added to what it holds
+    (``accumulate``)."""
     num_layers, positions, channels = layers.shape
     grid, width = _meta(positions, num_layers)
-    grad_layers = torch.empty_like(layers)
+    grad_layers = torch.empty_like(layers) if grad_layers is None else grad_layers
     static = query.dim() == 1
     # a static query's gradient in fp32 shares, one per program, summed after; a query per position's as it is
     grad_query = torch.empty(grid[0] if static else positions, channels,
                              dtype=torch.float32 if static else query.dtype, device=layers.device)
     gate_shares = torch.empty(grid[0], dtype=torch.float32, device=layers.device)
     _backward_kernel[grid](grad, layers, query, gate, grad_layers, grad_query, gate_shares, num_layers, positions,
-                           channels, 0 if static else channels, eps, STATIC=static, L=width, BLOCK_P=BLOCK_P,
-                           BLOCK_C=BLOCK_C)
+                           channels, 0 if static else channels, eps, STATIC=static, ACCUMULATE=accumulate, L=width,
+                           BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
     return grad_layers, grad_query.sum(0).to(query.dtype) if static else grad_query, gate_shares.sum().to(gate.dtype)

@@ -10,12 +10,14 @@ shape, and returns slot i of G as B_i's. B_i is read only by the connections aft
 backwards run before connection i's (each reads the blocks above connection i's output), so slot i of G is B_i's
 whole gradient when connection i's backward returns it. Values are the stack's, bit for bit.
 
-A connection that is a weighted sum of its stack (:func:`weighted_sum`: DWA, DLCL) adds w_l dX into G in one pass
-(G_l += w_l dX), where the sum's own backward would write the product w_l dX for every slot and G then read it.
+An operator that reads a stack can put its gradient of the stack into G itself (:meth:`LayerHistory.apply`): DWA's
+and DLCL's weighted sums add w_l dX into G in one pass (G_l += w_l dX, :func:`weighted_sum`), attention over
+depth's and MUDD's kernels add their gradient of the layers as they compute it, where writing it for G to read
+and add would pass over the stack twice more.
 """
 
 import functools
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -34,7 +36,7 @@ class LayerHistory:
         self.size = 0
         self.buffer: Optional[Tensor] = None
         self.grad: Optional[Tensor] = None  # G, the gradient of the whole buffer, in the backward
-        #: The zero gradient an operator returned for the stack whose gradient it added into G itself.
+        #: The zero gradient an operator returned for the stack whose gradient it put into G itself.
         self.added: Optional[Tensor] = None
 
     def extend(self, layers: Sequence[Tensor]) -> Tensor:
@@ -43,7 +45,7 @@ class LayerHistory:
         if self.size + len(layers) > self.depth:
             raise RuntimeError(f"a stack of {self.depth} layer outputs was given {self.size + len(layers)}")
         stacked = _Extend.apply(self, *layers)
-        stacked.layer_history = self  # for the operators that add their gradient into G (weighted_sum)
+        stacked.layer_history = self  # for the operators that put their gradient into G (apply)
         return stacked
 
     def write(self, layers: Sequence[Tensor]) -> Tensor:
@@ -60,26 +62,38 @@ class LayerHistory:
         self.size += len(layers)
         return _alias(self.buffer, self.size)
 
-    def add_weighted(self, size: int, weight: Tensor, grad: Tensor) -> Tensor:
-        """G_l += w_l ``grad`` for the stack of the first ``size`` slots (``weight`` (size,)); returns the zero
-        gradient for that stack, which :meth:`gradients` then knows not to add."""
-        scaled = weight.to(self.buffer.dtype).view(-1, *(1,) * grad.dim())
-        if size == self.depth:  # the top connection's backward, the first
-            self.grad = scaled * grad
-        else:
-            if self.grad is None:  # the connections above had no gradient
-                self.grad = grad.new_zeros((self.depth, *grad.shape), dtype=self.buffer.dtype)
-            self.grad[:size].addcmul_(scaled, grad)
-        self.added = grad.new_zeros((), dtype=self.buffer.dtype).expand(size, *grad.shape)
+    def apply(self, forward: Callable[..., Tensor], backward_into: Callable[..., Tuple[Optional[Tensor], ...]],
+              layers: Tensor, *params: Tensor) -> Tensor:
+        """``forward(layers, *params)`` of this history's stack ``layers`` (or a view of it of another shape),
+        whose backward puts the stack's gradient into G itself: ``backward_into(grad, layers, *params, target,
+        fresh)`` writes it into ``target`` (G's slots of the stack, shaped as ``layers``) if ``fresh``, else adds
+        it there, and returns the gradients of ``params``."""
+        return _IntoHistory.apply(forward, backward_into, self, layers, *params)
+
+    def gradient_target(self, size: int) -> Tuple[Tensor, bool]:
+        """G's first ``size`` slots for an operator to put its gradient of their stack into, and whether they are
+        fresh (to be written: the top connection's backward comes first) or hold the gradients of the connections
+        above (to be added to)."""
+        if size == self.depth:
+            self.grad = self.buffer.new_empty(self.buffer.shape)
+            return self.grad, True
+        if self.grad is None:  # the connections above had no gradient
+            self.grad = self.buffer.new_zeros(self.buffer.shape)
+        return self.grad[:size], False
+
+    def gradient_taken(self, like: Tensor) -> Tensor:
+        """The zero gradient of a stack shaped ``like`` whose gradient is in G already, which :meth:`gradients`
+        then knows not to add."""
+        self.added = like.new_zeros(()).expand(like.shape)
         return self.added
 
     def gradients(self, grad: Tensor, slots: range, dtypes: Sequence[torch.dtype]) -> List[Tensor]:
         """The backward of :meth:`extend` that wrote ``slots`` (the stack it returned: slots 0..slots.stop - 1):
-        adds ``grad`` into G, but the zero :meth:`add_weighted` returned, then returns the gradients of the layers
+        adds ``grad`` into G, but the zero :meth:`gradient_taken` returned, then returns the gradients of the layers
         it wrote, in their dtypes."""
         added, self.added = self.added, None
-        if added is not None:  # G holds the weighted sum's share: add what other operators gave, if any
-            if grad.data_ptr() != added.data_ptr() or grad.stride() != added.stride():
+        if added is not None:  # G holds an operator's share: add what other operators gave, if any
+            if grad.data_ptr() != added.data_ptr() or any(grad.stride()):  # not the zero (or a view of it)
                 self.grad[:slots.stop] += grad
         elif slots.stop == self.depth:  # the top connection's backward, the first
             self.grad = grad.to(self.buffer.dtype, memory_format=torch.contiguous_format, copy=True)
@@ -93,13 +107,33 @@ class LayerHistory:
         return grads
 
 
+def history_of(layers: Tensor) -> Optional[LayerHistory]:
+    """The history whose stack ``layers`` is, where autograd differentiates it; None elsewhere."""
+    history = getattr(layers, "layer_history", None)
+    return history if history is not None and torch.is_grad_enabled() and layers.requires_grad else None
+
+
 def weighted_sum(weight: Tensor, layers: Tensor) -> Tensor:
     """sum_l w_l H^l of the layers stacked depth first, (L, T, B, C), with ``weight`` (L,) cast to their
     precision. On a :class:`LayerHistory`'s stack its backward adds w_l dX into the history's gradient itself."""
-    history: Optional[LayerHistory] = getattr(layers, "layer_history", None)
-    if history is None or not (torch.is_grad_enabled() and layers.requires_grad):
-        return torch.tensordot(weight.to(layers.dtype), layers, dims=1)
-    return _WeightedSum.apply(weight, layers, history)
+    history = history_of(layers)
+    if history is None:
+        return _weighted_sum(layers, weight)
+    return history.apply(_weighted_sum, _weighted_sum_backward_into, layers, weight)
+
+
+def _weighted_sum(layers: Tensor, weight: Tensor) -> Tensor:
+    return torch.tensordot(weight.to(layers.dtype), layers, dims=1)
+
+
+def _weighted_sum_backward_into(grad: Tensor, layers: Tensor, weight: Tensor, target: Tensor,
+                                fresh: bool) -> Tuple[Tensor]:
+    scale = weight.to(layers.dtype).view(-1, *(1,) * grad.dim())
+    if fresh:
+        torch.mul(scale, grad, out=target)
+    else:
+        target.addcmul_(scale, grad)
+    return torch.tensordot(layers, grad, dims=grad.dim()).to(weight.dtype),
 
 
 def _promoted(tensors: Sequence[Tensor]) -> torch.dtype:
@@ -131,22 +165,20 @@ class _Extend(torch.autograd.Function):
         return (None, *ctx.history.gradients(grad, ctx.slots, ctx.dtypes))
 
 
-class _WeightedSum(torch.autograd.Function):
-    """:func:`weighted_sum` of a history's stack each way."""
+class _IntoHistory(torch.autograd.Function):
+    """:meth:`LayerHistory.apply` each way."""
 
     @staticmethod
-    def forward(ctx, weight: Tensor, layers: Tensor, history: LayerHistory) -> Tensor:
-        cast = weight.to(layers.dtype)
-        ctx.save_for_backward(cast, layers)
-        ctx.weight_dtype = weight.dtype
-        ctx.history = history
-        return torch.tensordot(cast, layers, dims=1)
+    def forward(ctx, forward: Callable[..., Tensor], backward_into: Callable[..., Tuple[Optional[Tensor], ...]],
+                history: LayerHistory, layers: Tensor, *params: Tensor) -> Tensor:
+        ctx.save_for_backward(layers, *params)
+        ctx.backward_into, ctx.history = backward_into, history
+        return forward(layers, *params)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
-        cast, layers = ctx.saved_tensors
-        grad_weight = None
-        if ctx.needs_input_grad[0]:
-            grad_weight = torch.tensordot(layers, grad, dims=grad.dim()).to(ctx.weight_dtype)
-        return grad_weight, ctx.history.add_weighted(layers.size(0), cast, grad), None
+        layers, *params = ctx.saved_tensors
+        target, fresh = ctx.history.gradient_target(layers.size(0))
+        grads = ctx.backward_into(grad, layers, *params, target.view(layers.shape), fresh)
+        return (None, None, None, ctx.history.gradient_taken(layers), *grads)

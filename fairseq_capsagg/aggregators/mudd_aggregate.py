@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .fused import runs_fused, triton_kernels
+from .layer_history import history_of
 from .normalisation import RMS_EPS, rms_normalise
 
 
@@ -81,6 +82,33 @@ def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) ->
     return torch.empty_like(layers), torch.empty_like(fc1), torch.empty_like(fc2), torch.empty_like(static)
 
 
+@torch.library.custom_op("capsagg::mudd_aggregate_backward_into", mutates_args=("grad_layers",))
+def _fused_backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
+                         accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """:func:`_fused_backward` with the layers' gradient written into ``grad_layers``, or added to it."""
+    kernels = triton_kernels("mudd_aggregate_triton", layers)
+    if kernels is not None:
+        return kernels.backward(grad, layers, fc1, fc2, static, RMS_EPS, grad_layers, accumulate)[1:]
+    grad_of_layers, *grads = reference_backward(grad, layers, fc1, fc2, static)
+    if accumulate:
+        grad_layers.add_(grad_of_layers)
+    else:
+        grad_layers.copy_(grad_of_layers)
+    return tuple(grads)
+
+
+@_fused_backward_into.register_fake
+def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
+      accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    return torch.empty_like(fc1), torch.empty_like(fc2), torch.empty_like(static)
+
+
+def _backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, target: Tensor,
+                   fresh: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """The backward of a :class:`~.layer_history.LayerHistory`'s stack: the layers' gradient put into ``target``."""
+    return _fused_backward_into(grad.contiguous(), layers, fc1, fc2, static, target, not fresh)
+
+
 def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor, Tensor], output: Tensor) -> None:
     ctx.save_for_backward(*inputs)
 
@@ -95,10 +123,13 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 def mudd_aggregate(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, kernel: str = "auto") -> Tensor:
     """:func:`aggregate_reference` by the implementation ``kernel`` (:func:`.fused.runs_fused`) for layers
     (L, ..., C): Omega (S, ..., C). The fused operator reads the weights in their precision (a bf16 model's bf16)
-    and computes in fp32, so that no cast of them runs each way."""
+    and computes in fp32, so that no cast of them runs each way; on a :class:`~.layer_history.LayerHistory`'s stack
+    its backward puts the layers' gradient into the history's."""
     if not runs_fused(kernel, layers):
         return aggregate_reference(layers, fc1, fc2, static)
     num_layers, channels = layers.size(0), layers.size(-1)
-    flat = layers.reshape(num_layers, -1, channels).contiguous()
-    out = _fused(flat, fc1.contiguous(), fc2.contiguous(), static.contiguous())
+    inputs = (layers.reshape(num_layers, -1, channels).contiguous(), fc1.contiguous(), fc2.contiguous(),
+              static.contiguous())
+    history = history_of(layers)
+    out = _fused(*inputs) if history is None else history.apply(_fused, _backward_into, *inputs)
     return out.view(static.size(0), *layers.shape[1:])

@@ -11,6 +11,8 @@ memory.
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
 
+from typing import Optional
+
 import torch
 import triton
 import triton.language as tl
@@ -104,8 +106,8 @@ def _forward_kernel(layers_ptr, fc1_ptr, fc2_ptr, static_ptr, out_ptr, num_layer
 @triton.jit
 def _backward_kernel(grad_ptr, layers_ptr, fc1_ptr, fc2_ptr, static_ptr, grad_layers_ptr, fc1_shares_ptr,
                      fc2_shares_ptr, static_shares_ptr, num_layers, positions, channels, streams, hidden, eps,
-                     L: tl.constexpr, S: tl.constexpr, HID: tl.constexpr, BLOCK_P: tl.constexpr,
-                     BLOCK_C: tl.constexpr):
+                     ACCUMULATE: tl.constexpr, L: tl.constexpr, S: tl.constexpr, HID: tl.constexpr,
+                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     program = tl.program_id(0)
     p = program * BLOCK_P + tl.arange(0, BLOCK_P)
     l = tl.arange(0, L)
@@ -155,8 +157,11 @@ def _backward_kernel(grad_ptr, layers_ptr, fc1_ptr, fc2_ptr, static_ptr, grad_la
         grad_norm = inverse_rms[:, None] * (g - normed * projected[:, None])
         grad_x += tl.where(l[None, :, None] == num_layers - 1, grad_norm[:, None, :], 0.0)
         inside = live[:, None, None] & (l[None, :, None] < num_layers) & (c[None, None, :] < channels)
-        tl.store(grad_layers_ptr + l[None, :, None] * positions * channels + p[:, None, None] * channels
-                 + c[None, None, :], grad_x.to(grad_layers_ptr.dtype.element_ty), mask=inside)
+        grad_layers_at = grad_layers_ptr + l[None, :, None] * positions * channels + p[:, None, None] * channels \
+            + c[None, None, :]
+        if ACCUMULATE:  # added to the gradient already there
+            grad_x += tl.load(grad_layers_at, mask=inside, other=0.0).to(tl.float32)
+        tl.store(grad_layers_at, grad_x.to(grad_layers_ptr.dtype.element_ty), mask=inside)
         grad_fc1 = tl.sum(grad_pre[:, :, None] * normed[:, None, :], axis=0)  # (H, C)
         tl.store(fc1_shares_ptr + program * hidden * channels + h[:, None] * channels + c[None, :], grad_fc1,
                  mask=(h[:, None] < hidden) & (c[None, :] < channels))
@@ -181,13 +186,15 @@ def forward(layers: torch.Tensor, fc1: torch.Tensor, fc2: torch.Tensor, static: 
 
 
 def backward(grad: torch.Tensor, layers: torch.Tensor, fc1: torch.Tensor, fc2: torch.Tensor, static: torch.Tensor,
-             eps: float):
-    """The gradients of the layers, W_1, W_2 and b given ``grad`` of Omega, each in its input's precision."""
+             eps: float, grad_layers: Optional[torch.Tensor] = None, accumulate: bool = False):
+    """The gradients of the layers, W_1, W_2 and b given ``grad`` of Omega, each in its input's precision; the
+    layers' written into ``grad_layers`` where given (contiguous, as the layers), or added to what it holds
+    (``accumulate``)."""
     num_layers, positions, channels = layers.shape
     streams, hidden = static.size(0), fc1.size(0)
     meta, grid = _meta(positions, num_layers, streams, hidden)
-    grad_layers = torch.empty_like(layers)
+    grad_layers = torch.empty_like(layers) if grad_layers is None else grad_layers
     shares = [torch.empty(grid[0], *t.shape, dtype=torch.float32, device=layers.device) for t in (fc1, fc2, static)]
     _backward_kernel[grid](grad, layers, fc1, fc2, static, grad_layers, *shares, num_layers, positions, channels,
-                           streams, hidden, eps, **meta)
+                           streams, hidden, eps, ACCUMULATE=accumulate, **meta)
     return (grad_layers, *(share.sum(0).to(t.dtype) for share, t in zip(shares, (fc1, fc2, static))))

@@ -183,6 +183,27 @@ def test_the_depth_softmax_kernels_compute_the_references_aggregate_and_gradient
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_the_depth_softmax_and_mudd_backwards_write_or_add_the_layers_gradient_where_told(accumulate):
+    """Into a dense connections' gradient buffer (aggregators/layer_history.py): written over what it held, or
+    added to it; the other gradients as without it."""
+    generator = torch.Generator().manual_seed(3)
+    cases = {depth_softmax_triton: [(5, 11, 70), (70,), ()], mudd_aggregate_triton: [(3, 9, 40), (6, 40), (6, 6),
+                                                                                     (2, 3)]}
+    grads = {depth_softmax_triton: (11, 70), mudd_aggregate_triton: (2, 9, 40)}
+    for kernels, shapes in cases.items():
+        inputs = [torch.randn(shape, generator=generator).to(DEVICE) for shape in shapes]
+        grad = torch.randn(grads[kernels], generator=generator).to(DEVICE)
+        expected = kernels.backward(grad, *inputs, RMS_EPS)
+        held = torch.randn(inputs[0].shape, generator=generator).to(DEVICE)
+        target = held.clone()
+        got = kernels.backward(grad, *inputs, RMS_EPS, target, accumulate)
+        assert got[0] is target
+        torch.testing.assert_close(target, held + expected[0] if accumulate else expected[0], **TOLERANCE)
+        for g, e in zip(got[1:], expected[1:]):
+            assert torch.equal(g, e)
+
+
 def test_the_depth_softmax_kernel_keeps_the_identity_start_exact():
     """g = 0: H~ is exactly H^L, whatever the attention."""
     layers = torch.randn(4, 6, 16).to(DEVICE)
