@@ -23,6 +23,11 @@ NO_KERNEL = frozenset({"aten::_unsafe_view", "aten::empty", "aten::empty_like", 
                        "aten::set_"})
 
 
+#: Operators that fill their output without reading their tensor arguments (their shape, dtype and device only).
+FILLS = frozenset({"aten::new_zeros", "aten::new_ones", "aten::new_full", "aten::zeros_like", "aten::ones_like",
+                   "aten::full_like"})
+
+
 def launches_kernel(func: torch._ops.OpOverload) -> bool:
     """Whether ``func`` launches a kernel on a GPU."""
     return not func.is_view and func.overloadpacket._qualified_op_name not in NO_KERNEL
@@ -37,9 +42,9 @@ def _distinct(tensors) -> Dict[tuple, torch.Tensor]:
 
 class KernelCounter(TorchDispatchMode):
     """Counts the kernel-launching operators dispatched while it is active, by name, and the bytes they move:
-    every tensor an operator reads (its arguments) and writes (its outputs), an output that is one of its arguments
-    (in place) counted once. A fused operator moves what it reads and writes once, whatever it computes inside;
-    an ATen operator's own re-reads (a matrix product's tiles) are not counted."""
+    every tensor an operator reads (its arguments, none for a fill) and writes (its outputs), an output that is one
+    of its arguments (in place) counted once. A fused operator moves what it reads and writes once, whatever it
+    computes inside; an ATen operator's own re-reads (a matrix product's tiles) are not counted."""
 
     def __init__(self):
         super().__init__()
@@ -50,7 +55,8 @@ class KernelCounter(TorchDispatchMode):
         out = func(*args, **(kwargs or {}))
         if launches_kernel(func):
             self.counts[str(func.overloadpacket)] += 1
-            moved = {**_distinct(out), **_distinct((args, kwargs))}  # an output written in place is read too
+            read = () if func.overloadpacket._qualified_op_name in FILLS else (args, kwargs)
+            moved = {**_distinct(out), **_distinct(read)}  # an output written in place is read too
             self.bytes_moved += sum(t.numel() * t.element_size() for t in moved.values())
         return out
 

@@ -74,12 +74,10 @@ class LayerHistory:
         """G's first ``size`` slots for an operator to put its gradient of their stack into, and whether they are
         fresh (to be written: the top connection's backward comes first) or hold the gradients of the connections
         above (to be added to)."""
-        if size == self.depth:
-            self.grad = self.buffer.new_empty(self.buffer.shape)
-            return self.grad, True
-        if self.grad is None:  # the connections above had no gradient
-            self.grad = self.buffer.new_zeros(self.buffer.shape)
-        return self.grad[:size], False
+        fresh = self.grad is None and size == self.depth
+        if self.grad is None:  # zeros where the connections above had no gradient
+            self.grad = self.buffer.new_empty(self.buffer.shape) if fresh else self.buffer.new_zeros(self.buffer.shape)
+        return self.grad[:size], fresh
 
     def gradient_taken(self, like: Tensor) -> Tensor:
         """The zero gradient of a stack shaped ``like`` whose gradient is in G already, which :meth:`gradients`
@@ -95,7 +93,7 @@ class LayerHistory:
         if added is not None:  # G holds an operator's share: add what other operators gave, if any
             if grad.data_ptr() != added.data_ptr() or any(grad.stride()):  # not the zero (or a view of it)
                 self.grad[:slots.stop] += grad
-        elif slots.stop == self.depth:  # the top connection's backward, the first
+        elif self.grad is None and slots.stop == self.depth:  # the top connection's backward, the first
             self.grad = grad.to(self.buffer.dtype, memory_format=torch.contiguous_format, copy=True)
         else:
             if self.grad is None:  # the connections above had no gradient

@@ -49,4 +49,7 @@ def test_the_bytes_moved_are_what_each_operator_reads_and_writes():
         y.add_(x)  # in place: reads y and x, writes y, counted once
         x.to(torch.bfloat16)  # reads 24 floats, writes 24 bf16
         x.double() @ w  # the cast (24 floats in, 24 doubles out), then 24 + 18 doubles in and 12 out
-    assert counter.bytes_moved == 2 * 24 * 4 + (24 * 4 + 24 * 2) + (24 * 4 + 24 * 8) + (24 + 18 + 12) * 8
+        torch.zeros_like(w)  # a fill reads nothing: 18 doubles out
+        x.new_ones(5)  # 5 floats out
+    assert counter.bytes_moved == 2 * 24 * 4 + (24 * 4 + 24 * 2) + (24 * 4 + 24 * 8) + (24 + 18 + 12) * 8 \
+        + 18 * 8 + 5 * 4
