@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .fused import runs_fused, triton_kernels
-from .layer_history import history_of
+from .layer_history import history_of, put_gradient
 from .normalisation import RMS_EPS
 
 
@@ -92,10 +92,7 @@ def _fused_backward_into(grad: Tensor, layers: Tensor, query: Tensor, gate: Tens
     if kernels is not None:
         return kernels.backward(grad, layers, query, gate, RMS_EPS, grad_layers, accumulate)[1:]
     grad_of_layers, grad_query, grad_gate = reference_backward(grad, layers, query, gate)
-    if accumulate:
-        grad_layers.add_(grad_of_layers)
-    else:
-        grad_layers.copy_(grad_of_layers)
+    put_gradient(grad_layers, grad_of_layers, accumulate)
     return grad_query, grad_gate
 
 

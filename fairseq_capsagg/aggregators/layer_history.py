@@ -134,6 +134,15 @@ def _weighted_sum_backward_into(grad: Tensor, layers: Tensor, weight: Tensor, ta
     return torch.tensordot(layers, grad, dims=grad.dim()).to(weight.dtype),
 
 
+def put_gradient(target: Tensor, grad: Tensor, accumulate: bool) -> None:
+    """Adds ``grad`` to ``target`` (``accumulate``), or writes it there: the reference of the kernels'
+    ``ACCUMULATE`` that :meth:`LayerHistory.apply`'s ``backward_into`` asks for."""
+    if accumulate:
+        target.add_(grad)
+    else:
+        target.copy_(grad)
+
+
 def _promoted(tensors: Sequence[Tensor]) -> torch.dtype:
     """The dtype torch.stack gives ``tensors``."""
     dtypes = {t.dtype for t in tensors}

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .fused import runs_fused, triton_kernels
-from .layer_history import history_of
+from .layer_history import history_of, put_gradient
 from .normalisation import RMS_EPS, rms_normalise
 
 
@@ -90,10 +90,7 @@ def _fused_backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor,
     if kernels is not None:
         return kernels.backward(grad, layers, fc1, fc2, static, RMS_EPS, grad_layers, accumulate)[1:]
     grad_of_layers, *grads = reference_backward(grad, layers, fc1, fc2, static)
-    if accumulate:
-        grad_layers.add_(grad_of_layers)
-    else:
-        grad_layers.copy_(grad_of_layers)
+    put_gradient(grad_layers, grad_of_layers, accumulate)
     return tuple(grads)
 
 
