@@ -71,23 +71,10 @@ def _(layers: Tensor, query: Tensor, gate: Tensor) -> Tensor:
     return layers.new_empty(layers.shape[1:])
 
 
-@torch.library.custom_op("capsagg::depth_softmax_backward", mutates_args=())
-def _fused_backward(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    kernels = triton_kernels("depth_softmax_triton", layers)
-    if kernels is not None:
-        return kernels.backward(grad, layers, query, gate, RMS_EPS)
-    return reference_backward(grad, layers, query, gate)
-
-
-@_fused_backward.register_fake
-def _(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    return torch.empty_like(layers), torch.empty_like(query), torch.empty_like(gate)
-
-
-@torch.library.custom_op("capsagg::depth_softmax_backward_into", mutates_args=("grad_layers",))
-def _fused_backward_into(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, grad_layers: Tensor,
-                         accumulate: bool) -> Tuple[Tensor, Tensor]:
-    """:func:`_fused_backward` with the layers' gradient written into ``grad_layers``, or added to it."""
+@torch.library.custom_op("capsagg::depth_softmax_backward", mutates_args=("grad_layers",))
+def _fused_backward(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, grad_layers: Tensor,
+                    accumulate: bool) -> Tuple[Tensor, Tensor]:
+    """The gradients of the query and the gate; the layers' written into ``grad_layers``, or added to it."""
     kernels = triton_kernels("depth_softmax_triton", layers)
     if kernels is not None:
         return kernels.backward(grad, layers, query, gate, RMS_EPS, grad_layers, accumulate)[1:]
@@ -96,7 +83,7 @@ def _fused_backward_into(grad: Tensor, layers: Tensor, query: Tensor, gate: Tens
     return grad_query, grad_gate
 
 
-@_fused_backward_into.register_fake
+@_fused_backward.register_fake
 def _(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, grad_layers: Tensor,
       accumulate: bool) -> Tuple[Tensor, Tensor]:
     return torch.empty_like(query), torch.empty_like(gate)
@@ -105,7 +92,7 @@ def _(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, grad_layers: Te
 def _backward_into(grad: Tensor, layers: Tensor, query: Tensor, gate: Tensor, target: Tensor,
                    fresh: bool) -> Tuple[Tensor, Tensor]:
     """The backward of a :class:`~.layer_history.LayerHistory`'s stack: the layers' gradient put into ``target``."""
-    return _fused_backward_into(grad.contiguous(), layers, query, gate, target, not fresh)
+    return _fused_backward(grad.contiguous(), layers, query, gate, target, not fresh)
 
 
 def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -> None:
@@ -113,7 +100,9 @@ def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor], output: Tensor) -
 
 
 def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
-    return _fused_backward(grad.contiguous(), *ctx.saved_tensors)
+    layers, query, gate = ctx.saved_tensors
+    grad_layers = torch.empty_like(layers)
+    return (grad_layers, *_fused_backward(grad.contiguous(), layers, query, gate, grad_layers, False))
 
 
 _fused.register_autograd(_backward, setup_context=_setup_context)

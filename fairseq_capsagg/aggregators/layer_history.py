@@ -74,10 +74,17 @@ class LayerHistory:
         """G's first ``size`` slots for an operator to put its gradient of their stack into, and whether they are
         fresh (to be written: the top connection's backward comes first) or hold the gradients of the connections
         above (to be added to)."""
-        fresh = self.grad is None and size == self.depth
-        if self.grad is None:  # zeros where the connections above had no gradient
-            self.grad = self.buffer.new_empty(self.buffer.shape) if fresh else self.buffer.new_zeros(self.buffer.shape)
+        fresh = self._start_gradient(size)
         return self.grad[:size], fresh
+
+    def _start_gradient(self, size: int) -> bool:
+        """Makes G where there is none yet and says whether its first ``size`` slots are fresh: to be written by the
+        top connection's backward, which comes first; zeros where the connections above had no gradient."""
+        if self.grad is not None:
+            return False
+        fresh = size == self.depth
+        self.grad = self.buffer.new_empty(self.buffer.shape) if fresh else self.buffer.new_zeros(self.buffer.shape)
+        return fresh
 
     def gradient_taken(self, like: Tensor) -> Tensor:
         """The zero gradient of a stack shaped ``like`` whose gradient is in G already, which :meth:`gradients`
@@ -90,14 +97,10 @@ class LayerHistory:
         adds ``grad`` into G, but the zero :meth:`gradient_taken` returned, then returns the gradients of the layers
         it wrote, in their dtypes."""
         added, self.added = self.added, None
-        if added is not None:  # G holds an operator's share: add what other operators gave, if any
-            if grad.data_ptr() != added.data_ptr() or any(grad.stride()):  # not the zero (or a view of it)
-                self.grad[:slots.stop] += grad
-        elif self.grad is None and slots.stop == self.depth:  # the top connection's backward, the first
-            self.grad = grad.to(self.buffer.dtype, memory_format=torch.contiguous_format, copy=True)
-        else:
-            if self.grad is None:  # the connections above had no gradient
-                self.grad = grad.new_zeros((self.depth, *grad.shape[1:]), dtype=self.buffer.dtype)
+        if added is None:
+            fresh = self._start_gradient(slots.stop)
+            put_gradient(self.grad[:slots.stop], grad, accumulate=not fresh)
+        elif grad.data_ptr() != added.data_ptr() or any(grad.stride()):  # G holds an operator's share: add the rest
             self.grad[:slots.stop] += grad
         grads = [self.grad[slot].to(dtype) for slot, dtype in zip(slots, dtypes)]
         if slots.start == 0:  # the embedding's, the last gradient this history gives

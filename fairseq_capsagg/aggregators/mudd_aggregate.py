@@ -68,24 +68,10 @@ def _(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tensor:
     return layers.new_empty(static.size(0), *layers.shape[1:])
 
 
-@torch.library.custom_op("capsagg::mudd_aggregate_backward", mutates_args=())
-def _fused_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor,
-                    static: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    kernels = triton_kernels("mudd_aggregate_triton", layers)
-    if kernels is not None:
-        return kernels.backward(grad, layers, fc1, fc2, static, RMS_EPS)
-    return reference_backward(grad, layers, fc1, fc2, static)
-
-
-@_fused_backward.register_fake
-def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    return torch.empty_like(layers), torch.empty_like(fc1), torch.empty_like(fc2), torch.empty_like(static)
-
-
-@torch.library.custom_op("capsagg::mudd_aggregate_backward_into", mutates_args=("grad_layers",))
-def _fused_backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
-                         accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
-    """:func:`_fused_backward` with the layers' gradient written into ``grad_layers``, or added to it."""
+@torch.library.custom_op("capsagg::mudd_aggregate_backward", mutates_args=("grad_layers",))
+def _fused_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
+                    accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+    """The gradients of W_1, W_2 and b; the layers' written into ``grad_layers``, or added to it."""
     kernels = triton_kernels("mudd_aggregate_triton", layers)
     if kernels is not None:
         return kernels.backward(grad, layers, fc1, fc2, static, RMS_EPS, grad_layers, accumulate)[1:]
@@ -94,7 +80,7 @@ def _fused_backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor,
     return tuple(grads)
 
 
-@_fused_backward_into.register_fake
+@_fused_backward.register_fake
 def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
       accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
     return torch.empty_like(fc1), torch.empty_like(fc2), torch.empty_like(static)
@@ -103,7 +89,7 @@ def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, gr
 def _backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, target: Tensor,
                    fresh: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """The backward of a :class:`~.layer_history.LayerHistory`'s stack: the layers' gradient put into ``target``."""
-    return _fused_backward_into(grad.contiguous(), layers, fc1, fc2, static, target, not fresh)
+    return _fused_backward(grad.contiguous(), layers, fc1, fc2, static, target, not fresh)
 
 
 def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor, Tensor], output: Tensor) -> None:
@@ -111,7 +97,9 @@ def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor, Tensor], output: T
 
 
 def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
-    return _fused_backward(grad.contiguous(), *ctx.saved_tensors)
+    layers, *weights = ctx.saved_tensors
+    grad_layers = torch.empty_like(layers)
+    return (grad_layers, *_fused_backward(grad.contiguous(), layers, *weights, grad_layers, False))
 
 
 _fused.register_autograd(_backward, setup_context=_setup_context)
