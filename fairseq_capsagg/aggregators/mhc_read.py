@@ -58,9 +58,9 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
     inverse_rms = torch.rsqrt(flat.pow(2).mean(-1, keepdim=True) + RMS_EPS)
     normed = flat * inverse_rms
     dynamic = normed @ phi.float().t()
-    alpha = alpha.float()
-    pre_sigmoid = torch.sigmoid(pre_logits.float() + alpha[0] * dynamic[:, :n])
-    post_sigmoid = torch.sigmoid(post_logits.float() + alpha[1] * dynamic[:, n:2 * n])
+    scale = alpha.float()  # alpha_pre, alpha_post, alpha_res
+    pre_sigmoid = torch.sigmoid(pre_logits.float() + scale[0] * dynamic[:, :n])
+    post_sigmoid = torch.sigmoid(post_logits.float() + scale[1] * dynamic[:, n:2 * n])
     g = gate.float().clamp(0.0, 1.0)
     home_hot = torch.zeros(n, device=streams.device)
     home_hot[home] = 1.0
@@ -73,7 +73,7 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
     grad_res = grad_res.float().flatten(1)
     grad_alpha = torch.stack([(grad_pre * dynamic[:, :n]).sum(), (grad_post * dynamic[:, n:2 * n]).sum(),
                               (grad_res * dynamic[:, 2 * n:]).sum()])
-    grad_dynamic = torch.cat([alpha[0] * grad_pre, alpha[1] * grad_post, alpha[2] * grad_res], -1)
+    grad_dynamic = torch.cat([scale[0] * grad_pre, scale[1] * grad_post, scale[2] * grad_res], -1)
     grad_normed = grad_dynamic @ phi.float()
     grad_flat = inverse_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
     grad_x = grad_flat.view(positions, n, channels) + read.unsqueeze(-1) * grad_read.unsqueeze(-2)

@@ -60,7 +60,7 @@ def _fused(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tensor:
     kernels = triton_kernels("mudd_aggregate_triton", layers)
     if kernels is not None:
         return kernels.forward(layers, fc1, fc2, static, RMS_EPS)
-    return aggregate_reference(layers, fc1, fc2, static)
+    return aggregate_reference(layers, fc1, fc2, static).contiguous()  # the einsum's may be strided; the fake's is not
 
 
 @_fused.register_fake
