@@ -33,6 +33,7 @@ from kernels import decoding_step_kernels, training_step_kernels  # noqa: E402
 from memory import training_step_peak_memory  # noqa: E402
 
 from fairseq_capsagg.aggregators import families  # noqa: E402
+from fairseq_capsagg.pipeline.provenance import device_name  # noqa: E402
 
 #: system -> aggregation: the baseline and every aggregator family
 SYSTEMS = {"baseline": "none", **families()}
@@ -148,16 +149,18 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
             rows.append(result)
     out_dir = Path(args.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    device = torch.cuda.get_device_name() if args.device.startswith("cuda") else f"CPU, {args.threads} threads"
+    # the device as the tables' captions name it, so a table trained on this machine finds these ratios by it
+    device = device_name(gpu=args.device.startswith("cuda"))
     (out_dir / f"{args.name}.json").write_text(json.dumps({"device": device, "args": vars(args), "rows": rows,
                                                            "pending": pending}, indent=2))
+    threads = "" if args.device.startswith("cuda") else f", {args.threads} threads"
     rank = f"; input capsules factorised at rank {args.capsule_rank}" if args.capsule_rank else ""
     spread = (f"; median of {args.repeats} round-robin repeats, ratios paired within a round (range in brackets)"
               if args.repeats > 1 else "")
     half = "; bf16 training (the model cast, as fairseq's --bf16), fp32 decoding (as fairseq-generate)" \
         if args.bf16 else ""
     flags = f"; model flags `{args.model_args}`" if args.model_args else ""
-    lines = [f"Device: {device}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
+    lines = [f"Device: {device}{threads}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
              f"{rank}{flags}{spread}. Kernels: the kernel-launching ATen operators dispatched per training step "
              "(forward and backward) and per incremental decoding step (benchmarks/kernels.py); traffic: the bytes "
              "they read and write per training step (each operator's arguments and outputs, no re-reads within "
