@@ -7,7 +7,8 @@ validated on the grid of the converged runs. At the updates of :func:`checkpoint
 converged Transformer runs (``--reference-curve``, one JSON each): the update at which each run first reaches
 L, interpolated linearly between its validations (:func:`updates_to_reach`), over the row's update, is the
 row's compute-equivalence in updates (above 1: the Transformer needs more updates for the same loss). Times
-the row's training speed over the Transformer's (``--speed-json``) it is the equivalence in seconds.
+the row's training speed over the Transformer's on the machine the row trained on (``--speed-json``, one file per
+machine) it is the equivalence in seconds.
 
 The noise of that ratio is the Transformer placed on its own other run's curve (each run against each other,
 :func:`noise_band`): a method converges faster only where its ratios against every run lie above that band.

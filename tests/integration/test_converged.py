@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fairseq_capsagg.pipeline import equivalence
+from fairseq_capsagg.pipeline import equivalence, provenance
 from fairseq_capsagg.pipeline.experiment import QUICK
 from helpers import table1
 from published import converged_table
@@ -115,15 +115,28 @@ def reference_table(path, losses):
     return path
 
 
+def speed_json(path, device, ratios):
+    """``benchmarks/speed.py``'s JSON measured on ``device``: the small training-speed ``ratios`` by system."""
+    rows = [{"shape": "small", "system": system, "train_tokens_per_s_ratio": ratio} for system, ratio in ratios.items()]
+    path.write_text(json.dumps({"device": device, "rows": rows}))
+    return path
+
+
+OTHER_CPU = "CPU (Another CPU, AVX2 kernels, 2 cores)"
+
+
 def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_reference_curves(tmp_path):
     """--table compute-equivalence --quick: every row from scratch to the cap (no early stop), read at its
-    checkpoints against two Transformer runs given as JSON, their own band beside it; published under its own
-    name with its plot."""
+    checkpoints against two Transformer runs given as JSON, their own band beside it, in seconds with the speed
+    ratios of the machine each row trained on; published under its own name with its plot."""
     runs = [reference_table(tmp_path / "run1.json", [13.0, 12.0, 11.0, 10.0, 9.0, 8.0]),
             reference_table(tmp_path / "run2.json", [13.0, 12.2, 11.0, 10.2, 9.0, 8.0])]
+    here = speed_json(tmp_path / "here.json", provenance.device_name(gpu=False), {"dwa": 0.5, "hc": 0.8})
+    other = speed_json(tmp_path / "other.json", OTHER_CPU, {"dwa": 0.9, "hc": 0.25})
+    speeds = ["--speed-json", str(other), "--speed-json", str(here)]
     result = table1("--quick", "--table", "compute-equivalence", "--systems", "dwa", "--workdir",
                     str(tmp_path / "work"), "--reference-curve", str(runs[0]), "--reference-curve", str(runs[1]),
-                    "--publish", str(tmp_path / "out"))
+                    *speeds, "--publish", str(tmp_path / "out"))
     assert "[main-job] train scratch-dwa-s1 ..." in result.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "compute-equivalence.json", "compute-equivalence.md", "compute-equivalence.png"]
@@ -142,19 +155,31 @@ def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_referen
             curve = json.loads(Path(name).read_text())["results"][equivalence.REFERENCE]["curve"]
             expected = equivalence.updates_to_reach(curve, loss)
             assert reached == expected
+        # this machine's ratio, not the other CPU's
+        assert point["seconds_ratio"] == pytest.approx([r * 0.5 for r in point["updates_ratio"]])
     markdown = (tmp_path / "out" / "compute-equivalence.md").read_text()
     assert "| scratch-dwa-s1 | + DenseFormer DWA | 20 |" in markdown and "Test split at the last update" in markdown
     assert payload["config"]["update_cap"] == QUICK["update_cap"] and "patience_updates" not in payload["config"]
 
-    # a row another machine trained and published stays in the table this work directory publishes
-    payload["results"]["scratch-hc-s1"] = {**row, "name": "scratch-hc-s1", "system": "hc"}
+    # a row another machine trained and published stays in the table this work directory publishes, read with
+    # that machine's speed ratio
+    payload["results"]["scratch-hc-s1"] = {**row, "name": "scratch-hc-s1", "system": "hc", "device": OTHER_CPU}
     (tmp_path / "out" / "compute-equivalence.json").write_text(json.dumps(payload))
     common = ["--quick", "--table", "compute-equivalence", "--systems", "dwa,hc", "--workdir", str(tmp_path / "work"),
-              "--reference-curve", str(runs[0]), "--reference-curve", str(runs[1])]
+              "--reference-curve", str(runs[0]), "--reference-curve", str(runs[1]), *speeds]
     table1(*common, "--report-only", "--publish", str(tmp_path / "out"))
     merged = json.loads((tmp_path / "out" / "compute-equivalence.json").read_text())
     assert set(merged["results"]) == {"scratch-dwa-s1", "scratch-hc-s1"}
     assert set(merged["compute_equivalence"]["rows"]) == {"scratch-dwa-s1", "scratch-hc-s1"}
+    for point in merged["compute_equivalence"]["rows"]["scratch-hc-s1"]:
+        assert point["seconds_ratio"] == pytest.approx([r * 0.25 for r in point["updates_ratio"]])
+    markdown = (tmp_path / "out" / "compute-equivalence.md").read_text()
+    assert f"`{other}` on {OTHER_CPU}" in markdown and f"`{here}` on {provenance.device_name(gpu=False)}" in markdown
+    # without a speed measured on a row's machine, no seconds for that row (not another machine's)
+    table1(*common[:-4], "--speed-json", str(here), "--report-only", "--publish", str(tmp_path / "out"))
+    alone = json.loads((tmp_path / "out" / "compute-equivalence.json").read_text())["compute_equivalence"]["rows"]
+    assert all(p["seconds_ratio"] is None for p in alone["scratch-hc-s1"])
+    assert all(p["seconds_ratio"] is not None for p in alone["scratch-dwa-s1"] if p["updates_ratio"] is not None)
     # a row whose checkpoints were removed after it was published is neither scored again nor trained again
     shutil.rmtree(tmp_path / "work" / "checkpoints" / "scratch-dwa-s1")
     kept = table1(*common[:4], "dwa", *common[5:], "--publish", str(tmp_path / "out"))
@@ -168,6 +193,15 @@ def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_referen
     refused = table1(*common, "--report-only", "--publish", str(tmp_path / "out"), check=False)
     assert refused.returncode == 2 and "--publish: " in refused.stderr and "holds rows of other settings" in \
         refused.stderr
+
+
+def test_two_speed_files_of_one_machine_are_one_clear_line(tmp_path):
+    run = reference_table(tmp_path / "run.json", [13.0, 12.0, 11.0, 10.0, 9.0, 8.0])
+    speeds = [speed_json(tmp_path / f"{name}.json", OTHER_CPU, {"dwa": 0.5}) for name in ("a", "b")]
+    result = table1("--table", "compute-equivalence", "--workdir", str(tmp_path / "w"), "--reference-curve", str(run),
+                    "--speed-json", str(speeds[0]), "--speed-json", str(speeds[1]), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert f"error: --speed-json: {speeds[0]} and {speeds[1]} were both measured on {OTHER_CPU}" in result.stderr
 
 
 @pytest.mark.parametrize("flags,error", [

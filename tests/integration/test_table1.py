@@ -153,3 +153,11 @@ def test_peers_without_speed_ratios_is_one_clear_line(tmp_path):
                     str(tmp_path / "none.json"), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: --speed-json: {tmp_path / 'none.json'} does not exist" in result.stderr
+
+
+def test_peers_take_one_speed_file(tmp_path):
+    """The equal wall-clock rows' updates come from this machine's ratios: one file, not one per machine."""
+    result = table1("--quick", "--workdir", str(tmp_path / "w"), "--table", "peers", "--speed-json",
+                    str(tmp_path / "a.json"), "--speed-json", str(tmp_path / "b.json"), check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "error: --speed-json: one file with --table peers" in result.stderr

@@ -10,7 +10,7 @@ from fairseq_capsagg.pipeline.rows import published_rows
 
 def table1_table(payload: Dict[str, object], table: str) -> str:
     """The Markdown that ``capsagg-table1 --table paper|peers`` writes for ``payload`` (its JSON)."""
-    speed_json = Path(payload.get("speed_ratios", {}).get("source", "benchmarks/results/speed.json"))
+    speed_json = [Path(payload.get("speed_ratios", {}).get("source", "benchmarks/results/speed.json"))]
     args = argparse.Namespace(table=table, max_update=payload["config"]["max_update"], speed_json=speed_json,
                               lenpen_grid=payload["lenpen_grid"])
     written = table1_report.format_tables(published_rows(payload), payload["results"], payload["caption"], args)

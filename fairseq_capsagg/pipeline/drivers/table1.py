@@ -64,7 +64,7 @@ from ..rows import Row, compare, hypothesis_file, score_row, tune_row
 from ..subwords import VocabularyTooSmall
 from ..warm_starts import step0_losses
 from . import converged
-from .table1_rows import (EQUIVALENCE_SYSTEMS, equivalence_rows, measured_speed_ratios, peer_rows, read_speed_ratios,
+from .table1_rows import (EQUIVALENCE_SYSTEMS, equivalence_rows, peer_rows, read_speed_ratios, speed_ratios_by_device,
                           table_rows)
 
 #: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
@@ -138,9 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
                         f"{','.join(fairseq_runs.peer_systems())}; with --table converged: "
                         f"{','.join(converged.default_systems())}; with --table compute-equivalence: "
                         f"{','.join(EQUIVALENCE_SYSTEMS)})")
-    p.add_argument("--speed-json", type=Path, default=Path("benchmarks/results/speed.json"),
-                   help="--table peers: training-speed ratios that fix the updates of the equal wall-clock rows; "
-                        "--table compute-equivalence: those that turn its ratios in updates into seconds")
+    p.add_argument("--speed-json", type=Path, action="append", default=None,
+                   help="benchmarks/speed.py's JSON (default benchmarks/results/speed.json). --table peers: the "
+                        "training-speed ratios that fix the updates of the equal wall-clock rows (one file); "
+                        "--table compute-equivalence: those that turn its ratios in updates into seconds, one file "
+                        "per machine the rows trained on (repeat the flag), each row read with its own machine's")
     p.add_argument("--second-seed", default=None,
                    help="systems also trained with seed 2 ('' for none; with --table converged from scratch and, "
                         "where the paper's protocol continues them, continued; default: "
@@ -264,9 +266,13 @@ def check_table(args: argparse.Namespace) -> None:
             raise ValueError(f"--warm-updates {args.warm_updates}: a multiple of --validate-interval-updates "
                              f"{args.validate_interval_updates} (the continued rows are validated and averaged on "
                              "that grid)")
-    args.speed_ratios = (read_speed_ratios(args.speed_json, args.shape, args.systems) if args.table == "peers"
-                         else measured_speed_ratios(args.speed_json, args.shape) if args.table == "compute-equivalence"
-                         else {})
+    args.speed_json = args.speed_json or [Path("benchmarks/results/speed.json")]
+    if args.table == "peers" and len(args.speed_json) > 1:
+        raise ValueError(f"--speed-json: one file with --table peers (its updates are fixed from this machine's "
+                         f"ratios), not {len(args.speed_json)}")
+    args.speed_ratios = (read_speed_ratios(args.speed_json[0], args.shape, args.systems) if args.table == "peers"
+                         else speed_ratios_by_device(args.speed_json, args.shape)
+                         if args.table == "compute-equivalence" else {})
     names = [row.name for row in rows_of(args)]
     unknown = [r for r in args.rows if r not in names]
     if unknown:
@@ -420,7 +426,7 @@ def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared
         table = equivalence_report.compute(rows, results, args.reference_curves, points, args.speed_ratios)
         payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                    "results": results, "failures": comparison.failures, "compute_equivalence": table,
-                   "speed_json": str(args.speed_json)}
+                   "speed_json": [str(path) for path in args.speed_json]}
         figure = args.workdir / f"{stem}.png"
         equivalence_report.plot(table, figure)
         publish.write_outputs(args, stem, equivalence_report.format_tables(rows, results, table, caption), payload,
@@ -475,7 +481,7 @@ def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows
     payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
                "results": results, "warm_start_step0": step0, "lenpen_grid": args.lenpen_grid}
     if args.table == "peers":
-        payload["speed_ratios"] = {"source": str(args.speed_json), "ratios": args.speed_ratios}
+        payload["speed_ratios"] = {"source": str(args.speed_json[0]), "ratios": args.speed_ratios}
     publish.write_outputs(args, table_stem(args), table, payload)
 
 

@@ -94,3 +94,22 @@ def read_speed_ratios(path: Path, shape: str, systems: List[str]) -> Dict[str, f
         raise ValueError(f"--speed-json: {path} has no {shape} row for {', '.join(missing)}; run python "
                          f"benchmarks/speed.py --shapes {shape} --systems baseline {' '.join(missing)}")
     return {s: ratios[s] for s in systems}
+
+
+def speed_ratios_by_device(paths: Sequence[Path], shape: str) -> Dict[str, Dict[str, object]]:
+    """The training-speed ratios at ``shape`` of each ``benchmarks/speed.py`` JSON in ``paths``, by the device it
+    names (as :func:`~..provenance.device_name` does, so a row finds the ratios of the machine it trained on:
+    the aggregators' share of a step differs between CPUs): ``{device: {"source": path, "ratios": {...}}}``.
+    Files that do not exist are left out.
+
+    Raises:
+        ValueError: naming ``--speed-json`` when two files name one device.
+    """
+    out: Dict[str, Dict[str, object]] = {}
+    for path in (p for p in paths if p.is_file()):
+        device = json.loads(path.read_text())["device"]
+        if device in out:
+            raise ValueError(f"--speed-json: {out[device]['source']} and {path} were both measured on {device}; "
+                             "give one file per device")
+        out[device] = {"source": str(path), "ratios": measured_speed_ratios(path, shape)}
+    return out

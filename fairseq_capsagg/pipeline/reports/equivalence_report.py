@@ -51,14 +51,17 @@ def published_results(path: Path, config: Dict[str, object]) -> Results:
 
 
 def compute(rows: List[Row], results: Results, references: Dict[str, equivalence.Curve], points: Sequence[int],
-            speed_ratios: Dict[str, float]) -> Dict[str, object]:
-    """Every trained row's :func:`~.equivalence.row_equivalence` with its verdict per point, and the noise band."""
+            speed_ratios: Dict[str, Dict[str, object]]) -> Dict[str, object]:
+    """Every trained row's :func:`~.equivalence.row_equivalence` with its verdict per point, and the noise band;
+    its seconds from the training-speed ratio measured on the device the row trained on (``speed_ratios``: by
+    device, as :func:`~..drivers.table1_rows.speed_ratios_by_device` reads them; none there: no seconds)."""
     band = equivalence.noise_band(references, points)
     out = {"points": list(points), "references": list(references), "noise_band": {str(u): list(b) for u, b in band.items()},
            "speed_ratios": speed_ratios, "rows": {}}
     for row in (r for r in rows if r.name in results):
+        measured_on = speed_ratios.get(str(results[row.name].get("device")), {"ratios": {}})
         measured = equivalence.row_equivalence(results[row.name]["curve"], references, points,
-                                               speed_ratios.get(row.system))
+                                               measured_on["ratios"].get(row.system))
         for point in measured:
             point["faster"] = equivalence.faster(point, band)
         out["rows"][row.name] = measured
@@ -86,10 +89,12 @@ def format_body(rows: List[Row], results: Results, table: Dict[str, object]) -> 
     """The table per row and checkpoint, then the rows' test scores at their last update."""
     band = {int(u): b for u, b in table["noise_band"].items()}
     runs = " / ".join(f"`{name}`" for name in table["references"])
+    speeds = "; ".join(f"`{measured['source']}` on {device}" for device, measured in table["speed_ratios"].items())
     out = [f"Transformer runs placed on: {runs}. Ratio: the runs' updates to reach the row's validation loss over the "
            "row's updates (lowest-highest over the runs); in seconds, times the row's training speed over the "
-           "Transformer's. Noise: the Transformer's runs placed on each other's curves. Faster: the ratio against "
-           "every run above the noise.", "",
+           "Transformer's on the machine the row trained on (" + (speeds or "none measured") + "; – where none "
+           "was). Noise: the Transformer's runs placed on each other's curves. Faster: the ratio against every run "
+           "above the noise.", "",
            "| row | model | updates | valid loss | Transformer's updates | ratio (updates) | ratio (seconds) "
            "| noise | faster |",
            "|---|---|---:|---:|---|---:|---:|---:|---|"]

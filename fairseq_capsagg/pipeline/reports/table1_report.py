@@ -26,7 +26,7 @@ def format_tables(rows: List[Row], results: Dict[str, Dict[str, object]], captio
     titles = {"scratch": "From scratch, equal updates (against `scratch-baseline-s1`)",
               "warm": "Warm start from `scratch-baseline-s1`, equal further updates (against `warm-baseline`)",
               "time": f"From scratch, equal wall-clock: the time of the baseline's {args.max_update} updates, the "
-                      f"updates fixed from the training-speed ratios of `{args.speed_json}` "
+                      f"updates fixed from the training-speed ratios of `{args.speed_json[0]}` "
                       "(against `scratch-baseline-s1`)"}
     out = [caption, ""]
     for protocol in dict.fromkeys(row.protocol for row in rows):
