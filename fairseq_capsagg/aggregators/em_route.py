@@ -143,7 +143,7 @@ def _fused(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, it
     kernels = triton_kernels("em_route_triton", votes)
     if kernels is not None:
         return kernels.forward(votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
-    return em_iterations(votes.float(), input_act, beta_a, beta_mu, iterations, inverse_temperature)
+    return em_iterations(votes.float(), input_act, beta_a.float(), beta_mu.float(), iterations, inverse_temperature)
 
 
 @_fused.register_fake
@@ -158,9 +158,9 @@ def _fused_backward(grad: Tensor, votes: Tensor, input_act: Tensor, beta_a: Tens
     kernels = triton_kernels("em_route_triton", votes)
     if kernels is not None:
         return kernels.backward(grad, votes, input_act, beta_a, beta_mu, iterations, inverse_temperature)
-    grad_votes, *rest = reference_backward(grad, votes.float(), input_act, beta_a, beta_mu, iterations,
-                                           inverse_temperature)
-    return (grad_votes.to(votes.dtype), *rest)
+    grad_votes, grad_act, grad_beta_a, grad_beta_mu = reference_backward(
+        grad, votes.float(), input_act, beta_a.float(), beta_mu.float(), iterations, inverse_temperature)
+    return grad_votes.to(votes.dtype), grad_act, grad_beta_a.to(beta_a.dtype), grad_beta_mu.to(beta_mu.dtype)
 
 
 @_fused_backward.register_fake
@@ -185,13 +185,15 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 def em_route(votes: Tensor, input_act: Tensor, beta_a: Tensor, beta_mu: Tensor, iterations: int,
              inverse_temperature: float, kernel: str = "auto") -> Tensor:
     """:func:`em_iterations` by the implementation ``kernel`` (:func:`.fused.runs_fused`), in fp32 for votes
-    (..., L, N, D) of any precision and fp32 input activations (..., L): the output capsules (..., N, D), fp32. The
-    fused operator reads the votes in place and saves them as they are for its backward
-    (:func:`.capsules.votes_by_position`); the loop routes an fp32 copy."""
+    (..., L, N, D) and beta_A, beta_mu (N) of any precision and fp32 input activations (..., L): the output capsules
+    (..., N, D), fp32. The fused operator reads the votes in place and saves them as they are for its backward
+    (:func:`.capsules.votes_by_position`), and reads beta_A and beta_mu as they are (returning their gradients in
+    their precision), so that no cast of them runs each way; the loop routes fp32 copies."""
     if not runs_fused(kernel, votes):
-        return em_iterations(votes.float(), input_act, beta_a, beta_mu, iterations, inverse_temperature)
+        return em_iterations(votes.float(), input_act, beta_a.float(), beta_mu.float(), iterations,
+                             inverse_temperature)
     batch = votes.shape[:-3]
     out = _fused(votes_by_position(votes),
-                 input_act.reshape(-1, input_act.size(-1)).contiguous(), beta_a.float().contiguous(),
-                 beta_mu.float().contiguous(), iterations, float(inverse_temperature))
+                 input_act.reshape(-1, input_act.size(-1)).contiguous(), beta_a.contiguous(),
+                 beta_mu.contiguous(), iterations, float(inverse_temperature))
     return out.view(*batch, *votes.shape[-2:])

@@ -58,8 +58,8 @@ def _load(votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, position, stride_position
     votes, inside = position_votes(votes_ptr, position, stride_position, stride_layer, num_layers, capsules,
                                    capsule_dim, L, N, D)
     a = tl.load(act_ptr + position * num_layers + l, mask=l < num_layers, other=0.0)
-    beta_a = tl.load(beta_a_ptr + n, mask=n < capsules, other=0.0)
-    beta_mu = tl.load(beta_mu_ptr + n, mask=n < capsules, other=0.0)
+    beta_a = tl.load(beta_a_ptr + n, mask=n < capsules, other=0.0).to(tl.float32)  # a bf16 model's, upcast here
+    beta_mu = tl.load(beta_mu_ptr + n, mask=n < capsules, other=0.0).to(tl.float32)
     pair_live = (l[:, None] < num_layers) & (n[None, :] < capsules)
     start = tl.where(pair_live, 1.0 / capsules, 0.0)
     return votes, a, beta_a, beta_mu, inside, pair_live, n < capsules, h < capsule_dim, start
@@ -199,4 +199,4 @@ def backward(grad: torch.Tensor, votes: torch.Tensor, input_act: torch.Tensor, b
                                    num_layers, capsules, capsule_dim, iterations, inverse_temperature, ROUTING_EPS,
                                    VARIANCE_FLOOR, HALF_LOG_2PI, **_meta(votes))
     grad_beta = grad_beta.sum(0)
-    return grad_votes, grad_act, grad_beta[0], grad_beta[1]
+    return grad_votes, grad_act, grad_beta[0].to(beta_a.dtype), grad_beta[1].to(beta_mu.dtype)

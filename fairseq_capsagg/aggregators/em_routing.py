@@ -98,11 +98,10 @@ class EMRouting(CapsuleRouting):
         # backward is the capsules themselves, not an fp32 copy
         logit = (capsules * self.activation_weight.float()).sum(dim=-1) + self.activation_bias.float()
         input_act = torch.sigmoid(logit)
-        beta_a, beta_mu = self.beta_a.float(), self.beta_mu.float()
         if not self.capture_agreement and not torch.compiler.is_compiling():
-            return em_route(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature,
+            return em_route(votes, input_act, self.beta_a, self.beta_mu, self.routing_iters, self.inverse_temperature,
                             self.kernels)
-        votes = votes.float()
+        votes, beta_a, beta_mu = votes.float(), self.beta_a.float(), self.beta_mu.float()
         if not self.capture_agreement:  # compiled (--compile-routing): the loop, for torch.compile to fuse
             return em_iterations(votes, input_act, beta_a, beta_mu, self.routing_iters, self.inverse_temperature)
         self.input_activations = input_act.detach()

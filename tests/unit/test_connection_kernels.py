@@ -237,11 +237,12 @@ def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gat
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("capsule_dim", [1, 4])
 def test_the_fused_em_routing_equals_the_loop_with_every_gradient(capsule_dim, dtype):
-    """Votes in the model's precision: the loop routes an fp32 copy, the operator reads them as they are."""
+    """Votes and beta_A, beta_mu in the model's precision: the loop routes fp32 copies, the operator reads them as
+    they are and returns each gradient in its input's precision."""
     generator = torch.Generator().manual_seed(23)
     inputs = [torch.randn(5, 2, 4, 8 // capsule_dim, capsule_dim, generator=generator).to(dtype),
-              torch.rand(5, 2, 4, generator=generator), torch.randn(8 // capsule_dim, generator=generator),
-              torch.randn(8 // capsule_dim, generator=generator)]
+              torch.rand(5, 2, 4, generator=generator), torch.randn(8 // capsule_dim, generator=generator).to(dtype),
+              torch.randn(8 // capsule_dim, generator=generator).to(dtype)]
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [x.clone().requires_grad_() for x in inputs]

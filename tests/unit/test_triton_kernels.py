@@ -344,6 +344,24 @@ def test_the_em_routing_kernels_compute_the_loops_capsules_and_gradients(num_lay
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_the_em_routing_kernels_read_a_bf16_models_betas_as_they_are():
+    """beta_A and beta_mu of a model cast to bf16: upcast as loaded (the values of their fp32 copies exactly), their
+    gradients returned in bf16."""
+    generator = torch.Generator().manual_seed(3)
+    votes = torch.randn(5, 4, 3, 2, generator=generator).to(DEVICE)
+    input_act = torch.rand(5, 4, generator=generator).to(DEVICE)
+    betas = [torch.randn(3, generator=generator).to(DEVICE, torch.bfloat16) for _ in range(2)]
+    grad = torch.randn(5, 3, 2, generator=generator).to(DEVICE)
+    upcast = [beta.float() for beta in betas]
+    assert torch.equal(em_route_triton.forward(votes, input_act, *betas, 2, 1.5),
+                       em_route_triton.forward(votes, input_act, *upcast, 2, 1.5))
+    got = em_route_triton.backward(grad, votes, input_act, *betas, 2, 1.5)
+    want = em_route_triton.backward(grad, votes, input_act, *upcast, 2, 1.5)
+    assert [g.dtype for g in got[2:]] == [torch.bfloat16, torch.bfloat16]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w.to(g.dtype))
+
+
 @pytest.mark.parametrize("num_layers,capsules,capsule_dim,iterations,over_inputs", [
     (6, 16, 1, 3, False), (3, 5, 4, 2, True), (4, 2, 3, 1, False), (5, 3, 2, 3, True)])
 def test_the_dynamic_routing_kernels_compute_the_loops_capsules_and_gradient(num_layers, capsules, capsule_dim,
