@@ -160,8 +160,8 @@ def write_tables(args, runs: Dict[Tuple[str, str], List[dict]]) -> None:
     half = "; bf16 training (the model cast, as fairseq's --bf16), fp32 decoding (as fairseq-generate)" \
         if args.bf16 else ""
     flags = f"; model flags `{args.model_args}`" if args.model_args else ""
-    lines = [f"Device: {device}{threads}; batch {args.tokens} target tokens of length {args.length}; beam {args.beam}{half}"
-             f"{rank}{flags}{spread}. Kernels: the kernel-launching ATen operators dispatched per training step "
+    lines = [f"Device: {device}{threads}; batch {args.tokens} target tokens of length {args.length}; "
+             f"beam {args.beam}{half}{rank}{flags}{spread}. Kernels: the kernel-launching ATen operators dispatched per training step "
              "(forward and backward) and per incremental decoding step (benchmarks/kernels.py); traffic: the bytes "
              "they read and write per training step (each operator's arguments and outputs, no re-reads within "
              "one). Step memory: the "

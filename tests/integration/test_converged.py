@@ -195,13 +195,17 @@ def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_referen
         refused.stderr
 
 
-def test_two_speed_files_of_one_machine_are_one_clear_line(tmp_path):
+def test_two_speed_files_of_one_machine_or_a_missing_one_are_one_clear_line(tmp_path):
     run = reference_table(tmp_path / "run.json", [13.0, 12.0, 11.0, 10.0, 9.0, 8.0])
     speeds = [speed_json(tmp_path / f"{name}.json", OTHER_CPU, {"dwa": 0.5}) for name in ("a", "b")]
     result = table1("--table", "compute-equivalence", "--workdir", str(tmp_path / "w"), "--reference-curve", str(run),
                     "--speed-json", str(speeds[0]), "--speed-json", str(speeds[1]), check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert f"error: --speed-json: {speeds[0]} and {speeds[1]} were both measured on {OTHER_CPU}" in result.stderr
+    absent = table1("--table", "compute-equivalence", "--workdir", str(tmp_path / "w"), "--reference-curve", str(run),
+                    "--speed-json", str(speeds[0]), "--speed-json", str(tmp_path / "typo.json"), check=False)
+    assert absent.returncode == 2 and "Traceback" not in absent.stderr
+    assert f"error: --speed-json: {tmp_path / 'typo.json'} does not exist" in absent.stderr
 
 
 @pytest.mark.parametrize("flags,error", [

@@ -266,6 +266,10 @@ def check_table(args: argparse.Namespace) -> None:
             raise ValueError(f"--warm-updates {args.warm_updates}: a multiple of --validate-interval-updates "
                              f"{args.validate_interval_updates} (the continued rows are validated and averaged on "
                              "that grid)")
+    missing = [path for path in args.speed_json or () if not path.is_file()]
+    if args.table == "compute-equivalence" and missing:  # the default's absence only leaves the seconds out
+        raise ValueError(f"--speed-json: {missing[0]} does not exist; run python benchmarks/speed.py --shapes "
+                         f"{args.shape} on the machine the rows train on")
     args.speed_json = args.speed_json or [Path("benchmarks/results/speed.json")]
     if args.table == "peers" and len(args.speed_json) > 1:
         raise ValueError(f"--speed-json: one file with --table peers (its updates are fixed from this machine's "

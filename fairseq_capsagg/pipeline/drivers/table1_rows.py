@@ -100,7 +100,7 @@ def speed_ratios_by_device(paths: Sequence[Path], shape: str) -> Dict[str, Dict[
     """The training-speed ratios at ``shape`` of each ``benchmarks/speed.py`` JSON in ``paths``, by the device it
     names (as :func:`~..provenance.device_name` does, so a row finds the ratios of the machine it trained on:
     the aggregators' share of a step differs between CPUs): ``{device: {"source": path, "ratios": {...}}}``.
-    Files that do not exist are left out.
+    Files that do not exist are left out (none: no seconds).
 
     Raises:
         ValueError: naming ``--speed-json`` when two files name one device.
