@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from .fused import runs_fused, triton_kernels
-from .layer_history import history_of, put_gradient
+from .layer_history import apply_to_stack, put_gradient
 from .normalisation import RMS_EPS
 
 
@@ -119,6 +119,5 @@ def depth_softmax(layers: Tensor, query: Tensor, gate: Tensor, kernel: str = "au
     positions = layers[0].numel() // channels
     flat_query = query if query.dim() == 1 else query.reshape(positions, channels)
     inputs = (layers.reshape(num_layers, positions, channels).contiguous(), flat_query.contiguous(), gate)
-    history = history_of(layers)
-    out = _fused(*inputs) if history is None else history.apply(_fused, _backward_into, *inputs)
+    out = apply_to_stack(layers, _fused, _backward_into, *inputs)
     return out.view(layers.shape[1:])

@@ -114,13 +114,19 @@ def history_of(layers: Tensor) -> Optional[LayerHistory]:
     return history if history is not None and torch.is_grad_enabled() and layers.requires_grad else None
 
 
+def apply_to_stack(stack: Tensor, forward: Callable[..., Tensor],
+                   backward_into: Callable[..., Tuple[Optional[Tensor], ...]], *inputs: Tensor) -> Tensor:
+    """``forward(*inputs)`` of an operator that reads ``stack`` as ``inputs[0]`` (it, or a view of it of another
+    shape): through :meth:`LayerHistory.apply` where ``stack`` is a history's, so that its backward puts the
+    stack's gradient into the history's (``backward_into``); plainly elsewhere."""
+    history = history_of(stack)
+    return forward(*inputs) if history is None else history.apply(forward, backward_into, *inputs)
+
+
 def weighted_sum(weight: Tensor, layers: Tensor) -> Tensor:
     """sum_l w_l H^l of the layers stacked depth first, (L, T, B, C), with ``weight`` (L,) cast to their
     precision. On a :class:`LayerHistory`'s stack its backward adds w_l dX into the history's gradient itself."""
-    history = history_of(layers)
-    if history is None:
-        return _weighted_sum(layers, weight)
-    return history.apply(_weighted_sum, _weighted_sum_backward_into, layers, weight)
+    return apply_to_stack(layers, _weighted_sum, _weighted_sum_backward_into, layers, weight)
 
 
 def _weighted_sum(layers: Tensor, weight: Tensor) -> Tensor:

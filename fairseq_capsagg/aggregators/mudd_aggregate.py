@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .fused import runs_fused, triton_kernels
-from .layer_history import history_of, put_gradient
+from .layer_history import apply_to_stack, put_gradient
 from .normalisation import RMS_EPS, rms_normalise
 
 
@@ -115,6 +115,5 @@ def mudd_aggregate(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, ker
     num_layers, channels = layers.size(0), layers.size(-1)
     inputs = (layers.reshape(num_layers, -1, channels).contiguous(), fc1.contiguous(), fc2.contiguous(),
               static.contiguous())
-    history = history_of(layers)
-    out = _fused(*inputs) if history is None else history.apply(_fused, _backward_into, *inputs)
+    out = apply_to_stack(layers, _fused, _backward_into, *inputs)
     return out.view(static.size(0), *layers.shape[1:])
