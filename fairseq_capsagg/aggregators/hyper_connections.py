@@ -10,6 +10,7 @@ from .norm_linear import norm_linear
 from .registry import register_aggregator
 from .streams import StreamConnection, StreamSettings
 from .fused import runs_fused
+from .write_read import hyper_write_read
 
 
 @register_aggregator
@@ -62,9 +63,7 @@ class HyperConnections(StreamConnection):
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         read, mix, write = self.static_read.float(), self.static_mix.float(), self.static_write.float()
         if self.dynamic:
-            # both projections of the normalised streams in one product: [W_a; W_b] (n + 2, C)
-            projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight])
-            gates = norm_linear(streams, projection, tanh=True, kernel=self.kernels)  # (T, B, n, n + 2) fp32
+            gates = norm_linear(streams, self.projection(), tanh=True, kernel=self.kernels)  # (T, B, n, n + 2) fp32
             read_mix, write_gate = gates[..., :-1] * self.read_mix_scale.float(), gates[..., -1]
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]
@@ -75,7 +74,21 @@ class HyperConnections(StreamConnection):
         """With dynamic weights, :meth:`weights` and :meth:`read` as one operator each way (:mod:`.hyper_read`)."""
         if not self.dynamic or not runs_fused(self.kernels, streams):
             return super().read_with_weights(streams)
-        projection = torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight])
-        block_input, mix, write = hyper_read(streams, projection, self.static_read, self.static_mix,
+        block_input, mix, write = hyper_read(streams, self.projection(), self.static_read, self.static_mix,
                                              self.static_write, self.read_mix_scale, self.write_scale, self.kernels)
         return block_input, (mix, write)
+
+    def projection(self) -> Tensor:
+        """[W_a; W_b] (n + 2, C): both dynamic projections of the normalised streams in one product."""
+        return torch.cat([self.dynamic_read_mix.weight, self.dynamic_write.weight])
+
+    def read_after_write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor,
+                         block_output: Tensor, readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, Tensor]]:
+        """With dynamic weights (the write's too: r and b at every position), the write and the fused read as one
+        operator each way (:func:`.write_read.hyper_write_read`)."""
+        if not (self.dynamic and weights[1].dim() > 1 and runs_fused(self.kernels, streams)):
+            return super().read_after_write(streams, weights, block_input, block_output, readout)
+        streams, state, block_input, mix, write = hyper_write_read(
+            streams, *weights, block_input, block_output, readout, self.projection(), self.static_read,
+            self.static_mix, self.static_write, self.read_mix_scale, self.write_scale)
+        return streams, state, block_input, (mix, write)

@@ -12,6 +12,7 @@ from .registry import register_aggregator
 from .sinkhorn import SINKHORN_ITERATIONS, mhc_mix, sinkhorn
 from .streams import StreamConnection, StreamSettings
 from .fused import runs_fused
+from .write_read import mhc_write_read
 
 #: Logits of the start: H_res's 6 on the diagonal and -3 elsewhere, H_pre's +4 on the block's own stream
 #: and -4 elsewhere, H_post's 0 (2 sigmoid(0) = 1); what the weights move towards as the gate opens.
@@ -109,3 +110,15 @@ class ManifoldHyperConnections(StreamConnection):
                                                   self.res_logits, self.alpha, self.gate, self.home_stream,
                                                   self.kernels)
         return block_input, (mhc_mix(res_logits, self.gate, kernel=self.kernels), write)
+
+    def read_after_write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor,
+                         block_output: Tensor, readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, Tensor]]:
+        """With dynamic weights (the write's too: r and b at every position), the write and the fused read as one
+        operator each way (:func:`.write_read.mhc_write_read`), and H_res from its logits as in
+        :meth:`read_with_weights`."""
+        if not (self.dynamic and weights[1].dim() > 1 and runs_fused(self.kernels, streams)):
+            return super().read_after_write(streams, weights, block_input, block_output, readout)
+        streams, state, block_input, res_logits, write = mhc_write_read(
+            streams, *weights, block_input, block_output, readout, self.phi.weight, self.pre_logits, self.post_logits,
+            self.res_logits, self.alpha, self.gate, self.home_stream)
+        return streams, state, block_input, (mhc_mix(res_logits, self.gate, kernel=self.kernels), write)

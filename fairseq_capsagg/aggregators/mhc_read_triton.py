@@ -7,7 +7,8 @@ their C channels in chunks of ``BLOCK_C``, every stream at once: the forward rea
 and projections, then the read), the backward four times (the logits, the read's gradient, RMSNorm's mean,
 the streams' gradient). n and 2n + n^2 are padded to powers of two with zeros. The backward writes, per program,
 its share of the gradients of phi, the static logits, alpha and the gate (summed afterwards), so that no two
-programs add into the same memory.
+programs add into the same memory. Between two blocks the same kernels also run the write of the block below first
+(``WRITES``, :func:`forward_after_write`), as :mod:`.hyper_read_triton`'s do.
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
@@ -16,7 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles_triton import stream_chunk
+from .stream_write_triton import add_state_gradient, gathered_write_gradients, read_chunk, store_write_gradients, \
+    store_written, write_backward, write_gradients, write_outputs, write_weights
 
 BLOCK_P = 4
 BLOCK_C = 16
@@ -36,15 +38,20 @@ def _phi(phi_ptr, i, k, c, n, outputs, channels):
 
 
 @triton.jit
-def _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P: tl.constexpr, N: tl.constexpr,
-            K: tl.constexpr, BLOCK_C: tl.constexpr):
-    """1 / RMS of each position's n C row (P) and D = RMSNorm(row) phi^T (P, K)."""
+def _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr, state_ptr, p, i,
+            k, live, n, channels, eps, DTYPE: tl.constexpr, WRITES: tl.constexpr, STORES: tl.constexpr,
+            BLOCK_P: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr):
+    """1 / RMS of each position's n C row (P) and D = RMSNorm(row) phi^T (P, K); the streams read as
+    :func:`.stream_write_triton.read_chunk` reads them, and with ``STORES`` the H' and state it computed stored."""
     outputs = 2 * n + n * n
     total = tl.zeros((BLOCK_P,), dtype=tl.float32)
     acc = tl.zeros((BLOCK_P, K), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, DTYPE,
+                       WRITES)
+        if STORES:
+            store_written(written_ptr, state_ptr, x, readout, p, i, c, live, n, channels)
         total += tl.sum(tl.sum(x * x, axis=2), axis=1)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         acc += tl.sum(tl.sum(x[:, :, None, :] * w[None, :, :, :], axis=3), axis=1)
@@ -60,15 +67,23 @@ def _pick(dynamic, i, k, offset):
 
 @triton.jit
 def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
-                    out_write_ptr, positions, n, channels, home, eps, N: tl.constexpr, K: tl.constexpr,
-                    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                    out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, written_ptr,
+                    state_ptr, positions, n, channels, home, eps, WRITES: tl.constexpr, N: tl.constexpr,
+                    K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, N)
     k = tl.arange(0, K)
     live = p < positions
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
-    _, dynamic = _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P, N, K, BLOCK_C)
+    dtype = out_ptr.dtype.element_ty
+    block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
+    block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
+    readout = tl.zeros((N,), dtype=tl.float32)
+    if WRITES:
+        block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
+    _, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr,
+                         state_ptr, p, i, k, live, n, channels, eps, dtype, WRITES, WRITES, BLOCK_P, N, K, BLOCK_C)
     alpha_pre = tl.load(alpha_ptr).to(tl.float32)
     alpha_post = tl.load(alpha_ptr + 1).to(tl.float32)
     alpha_res = tl.load(alpha_ptr + 2).to(tl.float32)
@@ -86,17 +101,21 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     res = static_res[None, :, :] + alpha_res * res
     tl.store(out_res_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :], res,
              mask=live[:, None, None] & ij_live[None, :, :])
-    read = read.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the streams' dtype
+    read = read.to(dtype).to(tl.float32)  # the reference weighs in the streams' dtype
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
-        tl.store(out_ptr + p[:, None] * channels + c[None, :], tl.sum(read[:, :, None] * x, axis=1).to(
-            out_ptr.dtype.element_ty), mask=live[:, None] & (c[None, :] < channels))
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+                       WRITES)
+        tl.store(out_ptr + p[:, None] * channels + c[None, :], tl.sum(read[:, :, None] * x, axis=1).to(dtype),
+                 mask=live[:, None] & (c[None, :] < channels))
 
 
 @triton.jit
 def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_ptr, pre_ptr, post_ptr, alpha_ptr,
-                     gate_ptr, grad_streams_ptr, phi_shares_ptr, small_shares_ptr, positions, n, channels, home, eps,
+                     gate_ptr, grad_streams_ptr, phi_shares_ptr, small_shares_ptr, grad_ptr, grad_state_ptr,
+                     block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_block_mix_ptr,
+                     grad_block_write_ptr, grad_input_ptr, grad_output_ptr, readout_shares_ptr, positions, n, channels,
+                     home, eps, WRITES: tl.constexpr, HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr,
                      N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     program = tl.program_id(0)
     p = program * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -106,12 +125,21 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
     outputs = 2 * n + n * n
-    inverse_rms, dynamic = _logits(streams_ptr, phi_ptr, p, i, k, live, n, channels, eps, BLOCK_P, N, K, BLOCK_C)
+    dtype = grad_streams_ptr.dtype.element_ty
+    block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
+    block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
+    readout = tl.zeros((N,), dtype=tl.float32)
+    if WRITES:
+        block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
+    inverse_rms, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout,
+                                   grad_ptr, grad_ptr, p, i, k, live, n, channels, eps, dtype, WRITES, False, BLOCK_P,
+                                   N, K, BLOCK_C)
     # the read's weights' gradient grad_a_i = grad_h . H_i
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+                       WRITES)
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
                          mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
         grad_a += tl.sum(grad_h[:, None, :] * x, axis=2)
@@ -154,14 +182,21 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     projected = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+                       WRITES)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)  # (P, N, C)
         projected += tl.sum(tl.sum(gn * x, axis=2), axis=1)
     projected = projected * inverse_rms / (n * channels)
+    # the streams' gradient and this program's share of phi's; where the write comes first, H''s gradient from above
+    # and the state's added, and the write's backward run on the sum
+    grad_block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
+    grad_block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
+    grad_readout = tl.zeros((N,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+                       WRITES)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)
         normed = x * inverse_rms[:, None, None]
@@ -169,45 +204,92 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
                          mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
         grad_x = inverse_rms[:, None, None] * (gn - normed * projected[:, None, None]) \
             + read[:, :, None] * grad_h[:, None, :]
-        inside = pi_live[:, :, None] & (c[None, None, :] < channels)
-        tl.store(grad_streams_ptr + p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :],
-                 grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
         grad_phi = tl.sum(grad_dynamic[:, None, :, None] * normed[:, :, None, :], axis=0)  # (N, K, C)
         tl.store(phi_shares_ptr + program * outputs * n * channels + k[None, :, None] * n * channels
                  + i[:, None, None] * channels + c[None, None, :], grad_phi,
                  mask=(i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels))
+        offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
+        inside = pi_live[:, :, None] & (c[None, None, :] < channels)
+        if WRITES:
+            if HAS_GRAD:
+                grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+            if HAS_STATE:
+                grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c,
+                                                          live, channels)
+            grad_block_mix, grad_block_write = write_backward(
+                grad_x, streams_ptr, input_ptr, output_ptr, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
+                grad_output_ptr, grad_block_mix, grad_block_write, p, i, c, live, n, channels)
+        else:
+            tl.store(grad_streams_ptr + offsets, grad_x.to(dtype), mask=inside)
+    if WRITES:
+        store_write_gradients(grad_block_mix_ptr, grad_block_write_ptr, readout_shares_ptr, grad_block_mix,
+                              grad_block_write, grad_readout, program, p, i, live, n)
 
 
 def _meta(positions: int, n: int):
     return (triton.cdiv(positions, BLOCK_P),), triton.next_power_of_2(n), triton.next_power_of_2(2 * n + n * n)
 
 
-def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps):
-    """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
-    (P, n, C) and phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate, each in any precision (read in
-    fp32)."""
+def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps, written_by=None):
     positions, n, channels = streams.shape
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
     res = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
     write = torch.empty(positions, n, dtype=torch.float32, device=streams.device)
+    writes = write_outputs(streams, written_by)
     grid, width, outputs = _meta(positions, n)
-    _forward_kernel[grid](streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, positions,
-                          n, channels, home, eps, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
-    return out, res, write
+    _forward_kernel[grid](streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, *writes,
+                          positions, n, channels, home, eps, WRITES=written_by is not None, N=width, K=outputs,
+                          BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+    return (out, res, write) if written_by is None else (*writes[5:], out, res, write)
 
 
-def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps):
-    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs, each
-    in its input's precision (b_res's in b_pre's; the small ones cast at once: one module's weights)."""
+def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps):
+    """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
+    (P, n, C) and phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate, each in any precision (read in
+    fp32)."""
+    return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps)
+
+
+def forward_after_write(streams, block_mix, block_write, block_input, block_output, readout, phi, pre_logits,
+                        post_logits, res_logits, alpha, gate, home, eps):
+    """The block's write (:func:`.stream_write_triton.forward`: H' and the state from H (P, n, C), its r (P, n, n),
+    b (P, n), h and y (P, C) and o (n)), then the next block's read of H' (:func:`forward`), in one kernel: H', the
+    state, h', H_res's logits and H_post."""
+    return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps,
+                    (block_mix, block_write, block_input, block_output, readout))
+
+
+def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps,
+              written_by=None, grad=None, grad_state=None):
     positions, n, channels = streams.shape
     grid, width, outputs = _meta(positions, n)
     grad_streams = torch.empty_like(streams)
     phi_shares = torch.empty(grid[0], *phi.shape, dtype=torch.float32, device=streams.device)
     small_shares = torch.empty(grid[0], 2 * n + n * n + 4, dtype=torch.float32, device=streams.device)
+    writes = write_gradients(streams, written_by, grad, grad_state, grid[0])
     _backward_kernel[grid](grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
-                           grad_streams, phi_shares, small_shares, positions, n, channels, home, eps, N=width,
-                           K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+                           grad_streams, phi_shares, small_shares, *writes, positions, n, channels, home, eps,
+                           WRITES=written_by is not None, HAS_GRAD=grad is not None,
+                           HAS_STATE=grad_state is not None, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
     small = small_shares.sum(0).to(pre_logits.dtype)
-    return (grad_streams, phi_shares.sum(0).to(phi.dtype), small[:n], small[n:2 * n].to(post_logits.dtype),
-            small[2 * n:2 * n + n * n].view(n, n), small[2 * n + n * n:2 * n + n * n + 3].to(alpha.dtype),
-            small[-1].to(gate.dtype))
+    read_grads = (phi_shares.sum(0).to(phi.dtype), small[:n], small[n:2 * n].to(post_logits.dtype),
+                  small[2 * n:2 * n + n * n].view(n, n), small[2 * n + n * n:2 * n + n * n + 3].to(alpha.dtype),
+                  small[-1].to(gate.dtype))
+    if written_by is None:
+        return (grad_streams, *read_grads)
+    return (grad_streams, *gathered_write_gradients(writes), *read_grads)
+
+
+def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps):
+    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs, each
+    in its input's precision (b_res's in b_pre's; the small ones cast at once: one module's weights)."""
+    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps)
+
+
+def backward_after_write(grad, grad_state, grad_read, grad_res, grad_write, streams, block_mix, block_write,
+                         block_input, block_output, readout, phi, pre_logits, post_logits, alpha, gate, home, eps):
+    """:func:`forward_after_write`'s backward: the gradients of H, r, b, h, y, o, phi, b_pre, b_post, b_res, alpha and
+    the gate given those of H' and the state (None: not used) and of h', H_res's logits and H_post; H''s complete
+    gradient is summed in registers and never stored."""
+    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps,
+                     (block_mix, block_write, block_input, block_output, readout), grad, grad_state)

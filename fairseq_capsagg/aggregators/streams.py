@@ -100,5 +100,14 @@ class StreamConnection(LayerAggregator):
         it, sum_j readout_j H'_j, (T, B, C), with the top block connection's ``readout`` (:mod:`.stream_write`)."""
         return stream_write(streams, weights[0], weights[1], block_input, block_output, readout, self.kernels)
 
+    def read_after_write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor,
+                         block_output: Tensor, readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, Tensor]]:
+        """Between two blocks: the write of the block below (:meth:`write`, with its weights (r, b), input, output and
+        the stack's readout: H' and the state), then this block's read of H' (:meth:`read_with_weights`: its input
+        and the weights of its write), which a family computes in one operator where it can (the streams then have
+        one consumer)."""
+        streams, state = self.write(streams, weights, block_input, block_output, readout)
+        return (streams, state, *self.read_with_weights(streams))
+
     def aggregate(self, layers: Tensor, padding_mask: Optional[Tensor]) -> Tensor:
         raise TypeError(f"{type(self).__name__} connects blocks through residual streams; it aggregates no layers")

@@ -1,6 +1,6 @@
-"""Tile loaders that several Triton kernels of this package share: a few positions' residual streams
-(:mod:`.hyper_read_triton`, :mod:`.mhc_read_triton`) and one position's routing votes (:mod:`.dynamic_route_triton`,
-:mod:`.em_route_triton`).
+"""Tile loaders that several Triton kernels of this package share: a few positions' residual streams (the reads of
+:mod:`.hyper_read_triton` and :mod:`.mhc_read_triton`, through :mod:`.stream_write_triton`) and one position's routing
+votes (:mod:`.dynamic_route_triton`, :mod:`.em_route_triton`).
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """

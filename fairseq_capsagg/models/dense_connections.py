@@ -113,11 +113,11 @@ class ResidualStreams(nn.Module):
 
     def _read(self, index: int, block: nn.Module, args: Tuple[Any, ...],
               kwargs: Dict[str, Any]) -> Tuple[Tuple[Any, ...], Dict[str, Any]]:
-        connection = self.connections[index]
-        x = args[0] if args else kwargs["x"]
         if index == 0:
-            self.streams = connection.expand(x)
-        self.block_input, self.weights = connection.read_with_weights(self.streams)
+            connection = self.connections[0]
+            self.streams = connection.expand(args[0] if args else kwargs["x"])
+            self.block_input, self.weights = connection.read_with_weights(self.streams)
+        # above the first block, the write of the block below has read this block's input and weights
         if args:
             return (self.block_input, *args[1:]), kwargs
         return args, dict(kwargs, x=self.block_input)
@@ -126,8 +126,11 @@ class ResidualStreams(nn.Module):
         connection = self.connections[index]
         newest = output[0] if isinstance(output, tuple) else output
         # and the state after it, by the stack's one readout (the top block's connection holds it)
-        self.streams, state = connection.write(self.streams, self.weights, self.block_input, newest,
-                                               self.connections[-1].readout)
+        readout = self.connections[-1].readout
         if index == len(self.connections) - 1:
+            _, state = connection.write(self.streams, self.weights, self.block_input, newest, readout)
             self.streams = self.block_input = self.weights = None
+        else:  # and the next block's read of the streams written
+            self.streams, state, self.block_input, self.weights = self.connections[index + 1].read_after_write(
+                self.streams, self.weights, self.block_input, newest, readout)
         return (state, *output[1:]) if isinstance(output, tuple) else state

@@ -1,5 +1,6 @@
 """--connection-kernels: the fused operators (the streams' dynamic weights act(RMSNorm(x) W^T), a hyper-connection's
-read, mHC's read, its Sinkhorn-Knopp alone and with its blend, the streams' write, attention over depth's and MUDD's
+read, mHC's read, its Sinkhorn-Knopp alone and with its blend, the streams' write, a block's write with the next
+block's read, attention over depth's and MUDD's
 aggregates, the routing iterations) compute what their eager references
 do, values and gradients, alone and in models of their families (on the CPU the fused operators run the references
 and their written-out backwards inside; their Triton kernels are tests/unit/test_triton_kernels.py's)."""
@@ -15,6 +16,7 @@ from fairseq_capsagg.aggregators.dynamic_route import dynamic_route
 from fairseq_capsagg.aggregators.em_route import em_route
 from fairseq_capsagg.aggregators.fused import runs_fused
 from fairseq_capsagg.aggregators.hyper_read import hyper_read
+from fairseq_capsagg.aggregators.write_read import hyper_write_read, mhc_write_read
 from fairseq_capsagg.aggregators.mhc_read import mhc_read
 from fairseq_capsagg.aggregators.mudd_aggregate import mudd_aggregate
 from fairseq_capsagg.aggregators.sinkhorn import mhc_mix
@@ -115,6 +117,57 @@ def test_the_fused_hyper_read_equals_the_reference_with_every_gradient(dtype):
     assert [out.dtype for out in results["fused"][0]] == [dtype, torch.float32, torch.float32]
 
 
+def _read_weights(family: str, n: int, c: int, generator: torch.Generator):
+    """The next connection's read weights and the arguments after them: a hyper-connection's W, A_m, A_r, B, s_a,
+    s_b; mHC's phi, b_pre, b_post, b_res, alpha, the gate (inside its clamp) and the home stream."""
+    if family == "hc":
+        return [torch.randn(n + 2, c, generator=generator), torch.randn(n, generator=generator),
+                torch.randn(n, n, generator=generator), torch.randn(n, generator=generator), torch.tensor(0.3),
+                torch.tensor(-0.7)], ()
+    return [torch.randn(2 * n + n * n, n * c, generator=generator), torch.randn(n, generator=generator),
+            torch.randn(n, generator=generator), torch.randn(n, n, generator=generator),
+            torch.randn(3, generator=generator), torch.tensor(0.6)], (1,)
+
+
+#: Per family: the write and the next read as one operator, and the read's operator alone.
+WRITE_READ = {"hc": (hyper_write_read, hyper_read), "mhc": (mhc_write_read, mhc_read)}
+
+
+@pytest.mark.parametrize("family", sorted(WRITE_READ))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_write_and_read_equal_the_write_then_the_read_with_every_gradient(family, dtype):
+    """The write's operator, then the read's of what it wrote, on the same values in the same precision (each of those
+    is held to its eager reference here); every output takes a gradient (the state's only the top block's in a
+    model). The forward is theirs exactly; the backward adds the read's gradient of H' to the one from above before
+    rounding it once, where autograd rounds both and their sum."""
+    generator = torch.Generator().manual_seed(17)
+    t, b, n, c = 5, 2, 3, 10
+    inputs = [2 * torch.randn(t, b, n, c, generator=generator), torch.randn(t, b, n, n, generator=generator),
+              torch.randn(t, b, n, generator=generator), torch.randn(t, b, c, generator=generator),
+              torch.randn(t, b, c, generator=generator), torch.randn(n, generator=generator)]
+    weights, after = _read_weights(family, n, c, generator)
+    # the model's precision for the streams, the block's tensors and the weights; the write's r and b are fp32
+    inputs = [x if k in (1, 2) else x.to(dtype) for k, x in enumerate(inputs + weights)]
+    together, read = WRITE_READ[family]
+    results = {}
+    for fused in (True, False):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        if fused:
+            outputs = together(*leaves, *after)
+        else:
+            written = stream_write(*leaves[:6], kernel="fused")
+            outputs = (*written, *read(written[0], *leaves[6:], *after, kernel="fused"))
+        cotangents = [torch.randn(out.shape, generator=torch.Generator().manual_seed(k)).to(out.dtype)
+                      for k, out in enumerate(outputs)]
+        torch.autograd.backward(outputs, cotangents)
+        results[fused] = outputs, [leaf.grad for leaf in leaves]
+    for got, want in zip(results[True][0], results[False][0]):
+        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want)
+    for got, want, leaf in zip(results[True][1], results[False][1], inputs):
+        assert got.dtype == leaf.dtype
+        assert_close_at_precision(got, want.float(), dtype)
+
+
 def test_the_fused_write_keeps_the_identity_start_exact():
     """r = I, b = 1, streams that are copies of h and a one-hot readout: every stream and the state become exactly
     y, as in the reference."""
@@ -125,8 +178,8 @@ def test_the_fused_write_keeps_the_identity_start_exact():
 
 
 #: The forward operators each family runs with --connection-kernels fused.
-FUSED_OPS = {"hc": {"capsagg.hyper_read", "capsagg.stream_write"},
-             "mhc": {"capsagg.mhc_read", "capsagg.mhc_mix", "capsagg.stream_write"},
+FUSED_OPS = {"hc": {"capsagg.hyper_read", "capsagg.hyper_write_read", "capsagg.stream_write"},
+             "mhc": {"capsagg.mhc_read", "capsagg.mhc_mix", "capsagg.mhc_write_read", "capsagg.stream_write"},
              "depthattn": {"capsagg.depth_softmax"}, "mudd": {"capsagg.mudd_aggregate"},
              "emrouting": {"capsagg.em_route"}, "dynrouting": {"capsagg.dynamic_route"}}
 

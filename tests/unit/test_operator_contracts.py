@@ -16,8 +16,8 @@ from helpers import build_tiny_model, random_tokens
 OPERATORS = {
     "depthattn": {"depth_softmax"},
     "mudd": {"mudd_aggregate"},
-    "hc": {"hyper_read", "stream_write"},
-    "mhc": {"mhc_read", "mhc_mix", "stream_write"},
+    "hc": {"hyper_read", "hyper_write_read", "stream_write"},
+    "mhc": {"mhc_read", "mhc_mix", "mhc_write_read", "stream_write"},
     "emrouting": {"em_route"},
     "dynrouting": {"dynamic_route"},
 }
