@@ -8,6 +8,7 @@ from torch import Tensor, nn
 
 from .capsules import CapsuleRouting, RoutingSettings
 from .em_route import em_iterations, em_route
+from .input_activation import input_activation
 from .registry import register_aggregator
 from .settings import setting
 
@@ -94,10 +95,9 @@ class EMRouting(CapsuleRouting):
             nn.init.normal_(self.activation_weight, std=self.embed_dim ** -0.5)
 
     def route(self, capsules: Tensor, votes: Tensor) -> Tensor:
-        # A^H_l (Eq. 11) in fp32: the product promotes the capsules as it reads them, so that what it saves for its
-        # backward is the capsules themselves, not an fp32 copy
-        logit = (capsules * self.activation_weight.float()).sum(dim=-1) + self.activation_bias.float()
-        input_act = torch.sigmoid(logit)
+        # A^H_l (Eq. 11) in fp32; under --compile-routing the reference, for torch.compile to fuse with the loop
+        kernel = "eager" if torch.compiler.is_compiling() else self.kernels
+        input_act = input_activation(capsules, self.activation_weight, self.activation_bias, kernel)
         if not self.capture_agreement and not torch.compiler.is_compiling():
             return em_route(votes, input_act, self.beta_a, self.beta_mu, self.routing_iters, self.inverse_temperature,
                             self.kernels)

@@ -185,7 +185,8 @@ def mhc_reference_backward(grad: Optional[Tensor], grad_state: Optional[Tensor],
                            write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor, phi: Tensor,
                            pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
                            home: int) -> GRADIENTS:
-    """The gradients of :func:`mhc_reference`'s inputs for positions (P, n, C), as :func:`hyper_reference_backward`'s."""
+    """The gradients of :func:`mhc_reference`'s inputs for positions (P, n, C), as
+    :func:`hyper_reference_backward`'s."""
     out = stream_write.write_reference(streams, mix, write, block_input, block_output)
     grad_out, *read_grads = mhc_read.reference_backward(grad_next_input, grad_next_res, grad_next_write, out, phi,
                                                         pre_logits, post_logits, alpha, gate, home)

@@ -1,7 +1,7 @@
 """--connection-kernels: the fused operators (the streams' dynamic weights act(RMSNorm(x) W^T), a hyper-connection's
 read, mHC's read, its Sinkhorn-Knopp alone and with its blend, the streams' write, a block's write with the next
 block's read, attention over depth's and MUDD's
-aggregates, the routing iterations) compute what their eager references
+aggregates, the routing iterations and EM routing's input activations) compute what their eager references
 do, values and gradients, alone and in models of their families (on the CPU the fused operators run the references
 and their written-out backwards inside; their Triton kernels are tests/unit/test_triton_kernels.py's)."""
 
@@ -16,6 +16,7 @@ from fairseq_capsagg.aggregators.dynamic_route import dynamic_route
 from fairseq_capsagg.aggregators.em_route import em_route
 from fairseq_capsagg.aggregators.fused import runs_fused
 from fairseq_capsagg.aggregators.hyper_read import hyper_read
+from fairseq_capsagg.aggregators.input_activation import input_activation
 from fairseq_capsagg.aggregators.write_read import hyper_write_read, mhc_write_read
 from fairseq_capsagg.aggregators.mhc_read import mhc_read
 from fairseq_capsagg.aggregators.mudd_aggregate import mudd_aggregate
@@ -181,7 +182,7 @@ def test_the_fused_write_keeps_the_identity_start_exact():
 FUSED_OPS = {"hc": {"capsagg.hyper_read", "capsagg.hyper_write_read", "capsagg.stream_write"},
              "mhc": {"capsagg.mhc_read", "capsagg.mhc_mix", "capsagg.mhc_write_read", "capsagg.stream_write"},
              "depthattn": {"capsagg.depth_softmax"}, "mudd": {"capsagg.mudd_aggregate"},
-             "emrouting": {"capsagg.em_route"}, "dynrouting": {"capsagg.dynamic_route"}}
+             "emrouting": {"capsagg.em_route", "capsagg.input_activation"}, "dynrouting": {"capsagg.dynamic_route"}}
 
 
 @pytest.mark.parametrize("family,cls", [("hc", HyperConnections), ("mhc", ManifoldHyperConnections),
@@ -303,6 +304,26 @@ def test_the_fused_em_routing_equals_the_loop_with_every_gradient(capsule_dim, d
         (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
         results[kernel] = out, [leaf.grad for leaf in leaves]
     assert results["fused"][0].dtype == torch.float32
+    torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
+    for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
+        assert fused.dtype == leaf.dtype
+        assert_close_at_precision(fused, eager.float(), dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_fused_input_activations_equal_the_reference_with_every_gradient(dtype):
+    """Capsules, W^H and b in the model's precision; the operator computes in fp32 and rounds each gradient once,
+    where autograd's graph (the reference's) rounds the weights' gradients as it casts them back."""
+    generator = torch.Generator().manual_seed(29)
+    inputs = [torch.randn(5, 2, 4, 12, generator=generator).to(dtype),
+              (torch.randn(4, 12, generator=generator) / 3).to(dtype), torch.randn(4, generator=generator).to(dtype)]
+    results = {}
+    for kernel in ("eager", "fused"):
+        leaves = [x.clone().requires_grad_() for x in inputs]
+        out = input_activation(*leaves, kernel=kernel)
+        (out * torch.randn(out.shape, generator=torch.Generator().manual_seed(0))).sum().backward()
+        results[kernel] = out, [leaf.grad for leaf in leaves]
+    assert results["fused"][0].dtype == torch.float32 and results["fused"][0].shape == (5, 2, 4)
     torch.testing.assert_close(results["fused"][0], results["eager"][0], **TOLERANCE)
     for fused, eager, leaf in zip(results["fused"][1], results["eager"][1], inputs):
         assert fused.dtype == leaf.dtype

@@ -18,7 +18,7 @@ OPERATORS = {
     "mudd": {"mudd_aggregate"},
     "hc": {"hyper_read", "hyper_write_read", "stream_write"},
     "mhc": {"mhc_read", "mhc_mix", "mhc_write_read", "stream_write"},
-    "emrouting": {"em_route"},
+    "emrouting": {"em_route", "input_activation"},
     "dynrouting": {"dynamic_route"},
 }
 

@@ -10,13 +10,14 @@ import torch
 pytest.importorskip("triton")
 
 from fairseq_capsagg.aggregators import (depth_softmax_triton, dynamic_route_triton, em_route_triton,  # noqa: E402
-                                         hyper_read_triton, mhc_read_triton,
+                                         hyper_read_triton, input_activation_triton, mhc_read_triton,
                                          mudd_aggregate_triton, norm_linear_triton, sinkhorn_triton,
                                          stream_write_triton)
 from fairseq_capsagg.aggregators.depth_softmax import aggregate_reference as depth_aggregate_reference  # noqa: E402
 from fairseq_capsagg.aggregators.dynamic_route import routing_iterations  # noqa: E402
 from fairseq_capsagg.aggregators.em_route import em_iterations  # noqa: E402
 from fairseq_capsagg.aggregators.hyper_read import read_reference  # noqa: E402
+from fairseq_capsagg.aggregators.input_activation import activation_reference  # noqa: E402
 from fairseq_capsagg.aggregators.write_read import hyper_reference, mhc_reference  # noqa: E402
 from fairseq_capsagg.aggregators.mhc_read import read_reference as mhc_read_reference  # noqa: E402
 from fairseq_capsagg.aggregators.mudd_aggregate import aggregate_reference as mudd_aggregate_reference  # noqa: E402
@@ -419,6 +420,41 @@ def test_the_blending_sinkhorn_kernels_compute_mhcs_mix_and_gradients(gate):
     torch.testing.assert_close(sinkhorn_triton.forward(logits.detach(), 20, gate.detach()), expected, **TOLERANCE)
     for got, want in zip(sinkhorn_triton.backward(logits.detach(), grad, 20, gate.detach()), expected_grads):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("positions,layers,channels", [(37, 7, 70), (input_activation_triton.BLOCK_P, 3, 64),
+                                                       (5, 1, 9)])
+def test_the_input_activation_kernels_compute_the_references_activations_and_gradients(positions, layers, channels):
+    generator = torch.Generator().manual_seed(positions + layers)
+    leaves = [torch.randn(shape, generator=generator).to(DEVICE).requires_grad_()
+              for shape in ((positions, layers, channels), (layers, channels), (layers,))]
+    grad = torch.randn(positions, layers, generator=generator).to(DEVICE)
+    expected = activation_reference(*leaves)
+    expected_grads = torch.autograd.grad(expected, leaves, grad)
+    inputs = [leaf.detach() for leaf in leaves]
+    got = input_activation_triton.forward(*inputs)
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    for got_grad, want in zip(input_activation_triton.backward(grad, got, *inputs), expected_grads):
+        torch.testing.assert_close(got_grad, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_input_activation_kernels_read_bf16_capsules_and_weights_as_their_fp32_values():
+    """The same outputs as from fp32 copies of the same values, bit for bit; the gradients in bf16, each the fp32
+    copies' rounded once (the capsules' inside the kernel, within one bf16 step: the interpreter rounds toward
+    zero)."""
+    generator = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(shape, generator=generator).to(DEVICE).to(torch.bfloat16) for shape in ((9, 5, 40), (5, 40),
+                                                                                                 (5,))]
+    exact = [x.float() for x in inputs]
+    act = input_activation_triton.forward(*inputs)
+    assert torch.equal(act, input_activation_triton.forward(*exact))
+    grad = torch.randn(9, 5, generator=generator).to(DEVICE)
+    got = input_activation_triton.backward(grad, act, *inputs)
+    want = input_activation_triton.backward(grad, act, *exact)
+    assert all(g.dtype == torch.bfloat16 for g in got)
+    torch.testing.assert_close(got[0].float(), want[0], rtol=2 ** -7, atol=0)
+    for got_grad, want_grad in zip(got[1:], want[1:]):
+        assert torch.equal(got_grad, want_grad.to(torch.bfloat16))
 
 
 @pytest.mark.parametrize("num_layers,capsules,capsule_dim,iterations", [(6, 16, 1, 3), (3, 5, 4, 2), (4, 2, 3, 1)])
