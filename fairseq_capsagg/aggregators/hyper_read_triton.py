@@ -118,7 +118,7 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
     acc = tl.zeros((BLOCK_P, N, K), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, out_ptr,
                        WRITES)
         if WRITES:
             store_written(written_ptr, state_ptr, x, readout, p, i, c, live, n, channels)
@@ -132,7 +132,7 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
     # pass 2: the read
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, out_ptr,
                        WRITES)
         h = tl.sum(read[:, :, None] * x, axis=1)
         tl.store(out_ptr + p[:, None] * channels + c[None, :], h.to(dtype),
@@ -166,8 +166,8 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
-                       WRITES)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
+                       grad_streams_ptr, WRITES)
         total += tl.sum(x * x, axis=2)
         w = projection_chunk(w_ptr, k, c, outputs, channels)
         acc += tl.sum(x[:, :, None, :] * w[None, None, :, :], axis=3)
@@ -183,8 +183,8 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     projected = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
-                       WRITES)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
+                       grad_streams_ptr, WRITES)
         w = projection_chunk(w_ptr, k, c, outputs, channels)
         g = tl.sum(grad_pre[:, :, :, None] * w[None, None, :, :], axis=2)
         projected += tl.sum(g * x, axis=2)
@@ -196,8 +196,8 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     grad_readout = tl.zeros((N,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
-                       WRITES)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
+                       grad_streams_ptr, WRITES)
         w = projection_chunk(w_ptr, k, c, outputs, channels)
         g = tl.sum(grad_pre[:, :, :, None] * w[None, None, :, :], axis=2)
         normed = x * inverse_rms[:, :, None]

@@ -39,7 +39,7 @@ def _phi(phi_ptr, i, k, c, n, outputs, channels):
 
 @triton.jit
 def _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr, state_ptr, p, i,
-            k, live, n, channels, eps, DTYPE: tl.constexpr, WRITES: tl.constexpr, STORES: tl.constexpr,
+            k, live, n, channels, eps, like_ptr, WRITES: tl.constexpr, STORES: tl.constexpr,
             BLOCK_P: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr):
     """1 / RMS of each position's n C row (P) and D = RMSNorm(row) phi^T (P, K); the streams read as
     :func:`.stream_write_triton.read_chunk` reads them, and with ``STORES`` the H' and state it computed stored."""
@@ -48,7 +48,7 @@ def _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr,
     acc = tl.zeros((BLOCK_P, K), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, DTYPE,
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, like_ptr,
                        WRITES)
         if STORES:
             store_written(written_ptr, state_ptr, x, readout, p, i, c, live, n, channels)
@@ -83,7 +83,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     if WRITES:
         block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
     _, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr,
-                         state_ptr, p, i, k, live, n, channels, eps, dtype, WRITES, WRITES, BLOCK_P, N, K, BLOCK_C)
+                         state_ptr, p, i, k, live, n, channels, eps, out_ptr, WRITES, WRITES, BLOCK_P, N, K, BLOCK_C)
     alpha_pre = tl.load(alpha_ptr).to(tl.float32)
     alpha_post = tl.load(alpha_ptr + 1).to(tl.float32)
     alpha_res = tl.load(alpha_ptr + 2).to(tl.float32)
@@ -104,7 +104,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     read = read.to(dtype).to(tl.float32)  # the reference weighs in the streams' dtype
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, out_ptr,
                        WRITES)
         tl.store(out_ptr + p[:, None] * channels + c[None, :], tl.sum(read[:, :, None] * x, axis=1).to(dtype),
                  mask=live[:, None] & (c[None, :] < channels))
@@ -132,14 +132,14 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     if WRITES:
         block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
     inverse_rms, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout,
-                                   grad_ptr, grad_ptr, p, i, k, live, n, channels, eps, dtype, WRITES, False, BLOCK_P,
-                                   N, K, BLOCK_C)
+                                   grad_ptr, grad_ptr, p, i, k, live, n, channels, eps, grad_streams_ptr, WRITES, False,
+                                   BLOCK_P, N, K, BLOCK_C)
     # the read's weights' gradient grad_a_i = grad_h . H_i
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
-                       WRITES)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
+                       grad_streams_ptr, WRITES)
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
                          mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
         grad_a += tl.sum(grad_h[:, None, :] * x, axis=2)
@@ -182,8 +182,8 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     projected = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
-                       WRITES)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
+                       grad_streams_ptr, WRITES)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)  # (P, N, C)
         projected += tl.sum(tl.sum(gn * x, axis=2), axis=1)
@@ -195,8 +195,8 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     grad_readout = tl.zeros((N,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, dtype,
-                       WRITES)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
+                       grad_streams_ptr, WRITES)
         w = _phi(phi_ptr, i, k, c, n, outputs, channels)
         gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)
         normed = x * inverse_rms[:, None, None]

@@ -74,7 +74,8 @@ def _fused_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], stream
 
 @_fused_backward.register_fake
 def _(grad: Optional[Tensor], grad_state: Optional[Tensor], streams: Tensor, mix: Tensor, write: Tensor,
-      block_input: Tensor, block_output: Tensor, readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+      block_input: Tensor, block_output: Tensor,
+      readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
     return (torch.empty_like(streams), torch.empty_like(mix), torch.empty_like(write), torch.empty_like(block_input),
             torch.empty_like(block_input), torch.empty_like(readout))
 

@@ -38,8 +38,9 @@ def write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n):
 
 
 @triton.jit
-def written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels, DTYPE: tl.constexpr):
-    """H' (P, N_j, BLOCK_C) of chunk c as stored (rounded to ``DTYPE``), in fp32: b_j y + (sum_i r_ij H_i - b_j h),
+def written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels, like_ptr):
+    """H' (P, N_j, BLOCK_C) of chunk c as stored (rounded to the streams' dtype, ``like_ptr``'s), in fp32:
+    b_j y + (sum_i r_ij H_i - b_j h),
     in the reference's order."""
     pc_live = live[:, None] & (c[None, :] < channels)
     inside = pc_live[:, None, :] & (i[None, :, None] < n)
@@ -49,17 +50,17 @@ def written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, ch
                       mask=inside, other=0.0).to(tl.float32)  # (P, N_i, C)
     mixed = tl.sum(mix[:, :, :, None] * streams[:, :, None, :], axis=1)  # (P, N_j, C)
     kept = mixed - write[:, :, None] * block_input[:, None, :]
-    return (write[:, :, None] * block_output[:, None, :] + kept).to(DTYPE).to(tl.float32)
+    return (write[:, :, None] * block_output[:, None, :] + kept).to(like_ptr.dtype.element_ty).to(tl.float32)
 
 
 @triton.jit
 def read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
-               DTYPE: tl.constexpr, WRITES: tl.constexpr):
+               like_ptr, WRITES: tl.constexpr):
     """What a connection's read reads of the streams, chunk c (P, N, BLOCK_C) in fp32: the streams (P, n, C) loaded,
     or where the read follows the block's write in one kernel, H' as :func:`written` computes it from the streams
     before the write, the block's r and b (``block_mix``, ``block_write``), its input h and output y."""
     if WRITES:
-        x = written(streams_ptr, input_ptr, output_ptr, block_mix, block_write, p, i, c, live, n, channels, DTYPE)
+        x = written(streams_ptr, input_ptr, output_ptr, block_mix, block_write, p, i, c, live, n, channels, like_ptr)
     else:
         x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
     return x
@@ -129,7 +130,7 @@ def _forward_kernel(streams_ptr, mix_ptr, write_ptr, input_ptr, output_ptr, read
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
         out = written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels,
-                      out_ptr.dtype.element_ty)
+                      out_ptr)
         store_written(out_ptr, state_ptr, out, readout, p, i, c, live, n, channels)
 
 
@@ -156,7 +157,7 @@ def _backward_kernel(grad_ptr, grad_state_ptr, streams_ptr, mix_ptr, write_ptr, 
                             & (c[None, None, :] < channels), other=0.0).to(tl.float32)
         if HAS_STATE:
             out = written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels,
-                          grad_streams_ptr.dtype.element_ty)  # H' as the forward stored it
+                          grad_streams_ptr)  # H' as the forward stored it
             grad, grad_readout = add_state_gradient(grad, grad_state_ptr, readout, out, grad_readout, p, c, live,
                                                     channels)
         grad_mix, grad_write = write_backward(grad, streams_ptr, input_ptr, output_ptr, mix, write, grad_streams_ptr,
