@@ -21,8 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .stream_write_triton import add_state_gradient, gathered_write_gradients, read_chunk, store_write_gradients, \
-    store_written, write_backward, write_gradients, write_outputs, write_weights
+from .stream_write_triton import block_write_weights, gathered_write_gradients, read_chunk, read_streams_gradient, \
+    store_write_gradients, store_written, write_gradients, write_outputs
 
 BLOCK_P = 4
 BLOCK_C = 64
@@ -108,11 +108,8 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
     live = p < positions
     outputs = n + 2
     dtype = out_ptr.dtype.element_ty
-    block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
-    block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
-    readout = tl.zeros((N,), dtype=tl.float32)
-    if WRITES:
-        block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
+    block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
+                                                          BLOCK_P, N, WRITES)
     # pass 1: the streams' RMS and projections (and where the write comes first, H' and the state stored)
     total = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     acc = tl.zeros((BLOCK_P, N, K), dtype=tl.float32)
@@ -153,13 +150,8 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
     k = tl.arange(0, K)
     live = p < positions
     outputs = n + 2
-    pi_live = live[:, None] & (i[None, :] < n)
-    dtype = grad_streams_ptr.dtype.element_ty
-    block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
-    block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
-    readout = tl.zeros((N,), dtype=tl.float32)
-    if WRITES:
-        block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
+    block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
+                                                          BLOCK_P, N, WRITES)
     # pass 1: the gates again, and the read's weights' gradient grad_a_i = grad_h . H_i
     total = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     acc = tl.zeros((BLOCK_P, N, K), dtype=tl.float32)
@@ -207,19 +199,10 @@ def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_pt
         grad_w = tl.sum(tl.sum(grad_pre[:, :, :, None] * normed[:, :, None, :], axis=1), axis=0)  # (K, BLOCK_C)
         tl.store(w_shares_ptr + program * outputs * channels + k[:, None] * channels + c[None, :], grad_w,
                  mask=(k[:, None] < outputs) & (c[None, :] < channels))
-        offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-        inside = pi_live[:, :, None] & (c[None, None, :] < channels)
-        if WRITES:
-            if HAS_GRAD:
-                grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-            if HAS_STATE:
-                grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c,
-                                                          live, channels)
-            grad_block_mix, grad_block_write = write_backward(
-                grad_x, streams_ptr, input_ptr, output_ptr, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
-                grad_output_ptr, grad_block_mix, grad_block_write, p, i, c, live, n, channels)
-        else:
-            tl.store(grad_streams_ptr + offsets, grad_x.to(dtype), mask=inside)
+        grad_block_mix, grad_block_write, grad_readout = read_streams_gradient(
+            grad_x, x, grad_ptr, grad_state_ptr, streams_ptr, input_ptr, output_ptr, block_mix, block_write, readout,
+            grad_streams_ptr, grad_input_ptr, grad_output_ptr, grad_block_mix, grad_block_write, grad_readout, p, i, c,
+            live, n, channels, WRITES, HAS_GRAD, HAS_STATE)
     if WRITES:
         store_write_gradients(grad_block_mix_ptr, grad_block_write_ptr, readout_shares_ptr, grad_block_mix,
                               grad_block_write, grad_readout, program, p, i, live, n)

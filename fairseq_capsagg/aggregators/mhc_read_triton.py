@@ -17,8 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .stream_write_triton import add_state_gradient, gathered_write_gradients, read_chunk, store_write_gradients, \
-    store_written, write_backward, write_gradients, write_outputs, write_weights
+from .stream_write_triton import block_write_weights, gathered_write_gradients, read_chunk, read_streams_gradient, \
+    store_write_gradients, store_written, write_gradients, write_outputs
 
 BLOCK_P = 4
 BLOCK_C = 16
@@ -77,11 +77,8 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
     dtype = out_ptr.dtype.element_ty
-    block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
-    block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
-    readout = tl.zeros((N,), dtype=tl.float32)
-    if WRITES:
-        block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
+    block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
+                                                          BLOCK_P, N, WRITES)
     _, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr,
                          state_ptr, p, i, k, live, n, channels, eps, out_ptr, WRITES, WRITES, BLOCK_P, N, K, BLOCK_C)
     alpha_pre = tl.load(alpha_ptr).to(tl.float32)
@@ -125,12 +122,8 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
     outputs = 2 * n + n * n
-    dtype = grad_streams_ptr.dtype.element_ty
-    block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
-    block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
-    readout = tl.zeros((N,), dtype=tl.float32)
-    if WRITES:
-        block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n)
+    block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
+                                                          BLOCK_P, N, WRITES)
     inverse_rms, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout,
                                    grad_ptr, grad_ptr, p, i, k, live, n, channels, eps, grad_streams_ptr, WRITES, False,
                                    BLOCK_P, N, K, BLOCK_C)
@@ -208,19 +201,10 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
         tl.store(phi_shares_ptr + program * outputs * n * channels + k[None, :, None] * n * channels
                  + i[:, None, None] * channels + c[None, None, :], grad_phi,
                  mask=(i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels))
-        offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-        inside = pi_live[:, :, None] & (c[None, None, :] < channels)
-        if WRITES:
-            if HAS_GRAD:
-                grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-            if HAS_STATE:
-                grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c,
-                                                          live, channels)
-            grad_block_mix, grad_block_write = write_backward(
-                grad_x, streams_ptr, input_ptr, output_ptr, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
-                grad_output_ptr, grad_block_mix, grad_block_write, p, i, c, live, n, channels)
-        else:
-            tl.store(grad_streams_ptr + offsets, grad_x.to(dtype), mask=inside)
+        grad_block_mix, grad_block_write, grad_readout = read_streams_gradient(
+            grad_x, x, grad_ptr, grad_state_ptr, streams_ptr, input_ptr, output_ptr, block_mix, block_write, readout,
+            grad_streams_ptr, grad_input_ptr, grad_output_ptr, grad_block_mix, grad_block_write, grad_readout, p, i, c,
+            live, n, channels, WRITES, HAS_GRAD, HAS_STATE)
     if WRITES:
         store_write_gradients(grad_block_mix_ptr, grad_block_write_ptr, readout_shares_ptr, grad_block_mix,
                               grad_block_write, grad_readout, program, p, i, live, n)

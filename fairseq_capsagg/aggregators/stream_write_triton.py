@@ -121,6 +121,44 @@ def store_write_gradients(grad_mix_ptr, grad_write_ptr, readout_shares_ptr, grad
 
 
 @triton.jit
+def block_write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n, BLOCK_P: tl.constexpr, N: tl.constexpr,
+                        WRITES: tl.constexpr):
+    """For a read kernel: the block's r, b and the readout (:func:`write_weights`) where the read follows the block's
+    write, zeros (never read) otherwise."""
+    mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
+    write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
+    readout = tl.zeros((N,), dtype=tl.float32)
+    if WRITES:
+        mix, write, readout = write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n)
+    return mix, write, readout
+
+
+@triton.jit
+def read_streams_gradient(grad_x, x, grad_ptr, grad_state_ptr, streams_ptr, input_ptr, output_ptr, block_mix,
+                          block_write, readout, grad_streams_ptr, grad_input_ptr, grad_output_ptr, grad_block_mix,
+                          grad_block_write, grad_readout, p, i, c, live, n, channels, WRITES: tl.constexpr,
+                          HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr):
+    """For a read kernel's backward, chunk c of its gradient of the streams it read (``grad_x``; ``x``: those
+    streams): stored, or where the read follows the block's write, H''s gradient from above (``HAS_GRAD``) and the
+    state's (``HAS_STATE``) added and the write's backward run on the sum (:func:`write_backward`). Returns the
+    write's accumulated gradients of r, b and the readout."""
+    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
+    inside = live[:, None, None] & (i[None, :, None] < n) & (c[None, None, :] < channels)
+    if WRITES:
+        if HAS_GRAD:
+            grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        if HAS_STATE:
+            grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c, live,
+                                                      channels)
+        grad_block_mix, grad_block_write = write_backward(
+            grad_x, streams_ptr, input_ptr, output_ptr, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
+            grad_output_ptr, grad_block_mix, grad_block_write, p, i, c, live, n, channels)
+    else:
+        tl.store(grad_streams_ptr + offsets, grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
+    return grad_block_mix, grad_block_write, grad_readout
+
+
+@triton.jit
 def _forward_kernel(streams_ptr, mix_ptr, write_ptr, input_ptr, output_ptr, readout_ptr, out_ptr, state_ptr,
                     positions, n, channels, N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
