@@ -40,8 +40,7 @@ def write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n):
 @triton.jit
 def written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels, like_ptr):
     """H' (P, N_j, BLOCK_C) of chunk c as stored (rounded to the streams' dtype, ``like_ptr``'s), in fp32:
-    b_j y + (sum_i r_ij H_i - b_j h),
-    in the reference's order."""
+    b_j y + (sum_i r_ij H_i - b_j h), in the reference's order."""
     pc_live = live[:, None] & (c[None, :] < channels)
     inside = pc_live[:, None, :] & (i[None, :, None] < n)
     block_input = tl.load(input_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)

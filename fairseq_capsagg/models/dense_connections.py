@@ -90,11 +90,13 @@ class DenseConnections(nn.Module):
 class ResidualStreams(nn.Module):
     """Connections that keep n residual streams (hyper-connections, mHC) on fairseq's own layers.
 
-    * a forward pre-hook on block l reads its input from the streams (the first block's starts them as
-      n copies of the embedding output) in place of what fairseq passes it;
+    * a forward pre-hook on block l gives it its input read from the streams in place of what fairseq passes
+      it (the first block's starts the streams as n copies of the embedding output and reads them);
     * a forward hook on block l writes its output back into the streams and returns the stack's readout
       of them (held by the top block's connection), which fairseq records as the block's output and
-      passes on (after the top block: the stack's output).
+      passes on (after the top block: the stack's output); below the top block the same hook reads block
+      l + 1's input and weights from the streams it wrote (:meth:`.StreamConnection.read_after_write`, one
+      operator with the write where the family fuses them).
 
     Everything works per position, so incremental decoding runs the streams of the current position only.
     """
