@@ -3,7 +3,7 @@ sum_j o_j H'_j: the eager reference, and one fused operator each way (``capsagg:
 on CUDA, :mod:`.stream_write_triton`; the reference and its written-out backward inside the operator elsewhere).
 ``--connection-kernels`` picks; both compute the same values and gradients."""
 
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -76,8 +76,26 @@ def _fused_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], stream
 def _(grad: Optional[Tensor], grad_state: Optional[Tensor], streams: Tensor, mix: Tensor, write: Tensor,
       block_input: Tensor, block_output: Tensor,
       readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return gradient_fakes(streams, mix, write, block_input, block_output, readout)
+
+
+def gradient_fakes(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
+                   readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """What the write's gradients look like (its inputs' shapes, dtypes and strides), for the fakes of the operators
+    that compute them."""
     return (torch.empty_like(streams), torch.empty_like(mix), torch.empty_like(write), torch.empty_like(block_input),
-            torch.empty_like(block_input), torch.empty_like(readout))
+            torch.empty_like(block_output), torch.empty_like(readout))
+
+
+def flat_inputs(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor,
+                block_output: Tensor) -> List[Tensor]:
+    """The write's tensors with every position on one axis, contiguous; static weights expanded to every position
+    (their gradients summed back by the expansion's own backward)."""
+    n, channels = streams.shape[-2:]
+    positions = streams.numel() // (n * channels)
+    return [t.reshape(positions, *t.shape[-k:]).contiguous() if t.dim() > k else
+            t.expand(positions, *t.shape).contiguous()
+            for t, k in ((streams, 2), (mix, 2), (write, 1), (block_input, 1), (block_output, 1))]
 
 
 def _setup_context(ctx, inputs: Tuple[Tensor, ...], output: Tuple[Tensor, Tensor]) -> None:
@@ -95,15 +113,8 @@ _fused.register_autograd(_backward, setup_context=_setup_context)
 
 def write_fused(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
                 readout: Tensor) -> Tuple[Tensor, Tensor]:
-    """:func:`write_reference` and :func:`readout_reference` as one operator each way: every position's tensors
-    flattened and contiguous, static weights expanded to every position (their gradients summed back by the
-    expansion's own backward)."""
-    n, channels = streams.shape[-2:]
-    positions = streams.numel() // (n * channels)
-    flat = [t.reshape(positions, *t.shape[-k:]).contiguous() if t.dim() > k else
-            t.expand(positions, *t.shape).contiguous()
-            for t, k in ((streams, 2), (mix, 2), (write, 1), (block_input, 1), (block_output, 1))]
-    out, state = _fused(*flat, readout.contiguous())
+    """:func:`write_reference` and :func:`readout_reference` as one operator each way, on :func:`flat_inputs`."""
+    out, state = _fused(*flat_inputs(streams, mix, write, block_input, block_output), readout.contiguous())
     return out.view(streams.shape), state.view(block_input.shape)
 
 

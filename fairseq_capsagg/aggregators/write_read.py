@@ -33,12 +33,6 @@ def _written_fakes(streams: Tensor, block_input: Tensor) -> OUTPUTS:
                                                                                       dtype=torch.float32))
 
 
-def _write_fakes(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
-                 readout: Tensor) -> Tuple[Tensor, ...]:
-    return (torch.empty_like(streams), torch.empty_like(mix), torch.empty_like(write), torch.empty_like(block_input),
-            torch.empty_like(block_output), torch.empty_like(readout))
-
-
 def _gradients_from_above(ctx, grads: Tuple[Optional[Tensor], ...]) -> List[Optional[Tensor]]:
     """H''s and the state's gradients as autograd gives them (None: not read), then those of the next block's input
     and read weights, which the next block always reads (zero where autograd left one out), contiguous."""
@@ -50,15 +44,6 @@ def _gradients_from_above(ctx, grads: Tuple[Optional[Tensor], ...]) -> List[Opti
     return [None if grad is None else grad.contiguous(), None if grad_state is None else grad_state.contiguous(),
             *(streams.new_zeros(shape, dtype=dtype) if g is None else g.to(dtype).contiguous()
               for g, (shape, dtype) in zip(next_grads, shapes))]
-
-
-def _flat(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor) -> List[Tensor]:
-    """The write's tensors with every position on one axis, contiguous (r and b at every position)."""
-    n, channels = streams.shape[-2:]
-    batch = streams.dim() - 2
-    positions = streams.numel() // (n * channels)
-    return [t.reshape(positions, *t.shape[batch:]).contiguous()
-            for t in (streams, mix, write, block_input, block_output)]
 
 
 def _unflat(outputs: OUTPUTS, streams: Tensor, block_input: Tensor) -> OUTPUTS:
@@ -139,8 +124,9 @@ def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Ten
       write_scale: Tensor) -> GRADIENTS:
     n = streams.size(1)
     scalar = read_mix_scale.new_empty(())
-    return (*_write_fakes(streams, mix, write, block_input, block_output, readout), torch.empty_like(projection),
-            static_read.new_empty(n), static_read.new_empty(n, n), static_read.new_empty(n), scalar, scalar.clone())
+    return (*stream_write.gradient_fakes(streams, mix, write, block_input, block_output, readout),
+            torch.empty_like(projection), static_read.new_empty(n), static_read.new_empty(n, n),
+            static_read.new_empty(n), scalar, scalar.clone())
 
 
 def _hyper_setup_context(ctx, inputs: Tuple[Tensor, ...], output: OUTPUTS) -> None:
@@ -161,9 +147,9 @@ def hyper_write_read(streams: Tensor, mix: Tensor, write: Tensor, block_input: T
                      static_write: Tensor, read_mix_scale: Tensor, write_scale: Tensor) -> OUTPUTS:
     """:func:`hyper_reference` as one operator each way, for streams (..., n, C) and a write's r (..., n, n) and
     b (..., n) at every position: H', the state, h' (..., C), r' (..., n, n) and b' (..., n)."""
-    outputs = _hyper(*_flat(streams, mix, write, block_input, block_output), readout.contiguous(),
-                     projection.contiguous(), static_read, static_mix.contiguous(), static_write, read_mix_scale,
-                     write_scale)
+    outputs = _hyper(*stream_write.flat_inputs(streams, mix, write, block_input, block_output),
+                     readout.contiguous(), projection.contiguous(), static_read, static_mix.contiguous(), static_write,
+                     read_mix_scale, write_scale)
     return _unflat(outputs, streams, block_input)
 
 
@@ -235,9 +221,9 @@ def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Ten
       readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
       home: int) -> GRADIENTS:
     n = streams.size(1)
-    return (*_write_fakes(streams, mix, write, block_input, block_output, readout), torch.empty_like(phi),
-            torch.empty_like(pre_logits), torch.empty_like(post_logits), pre_logits.new_empty(n, n),
-            torch.empty_like(alpha), torch.empty_like(gate))
+    return (*stream_write.gradient_fakes(streams, mix, write, block_input, block_output, readout),
+            torch.empty_like(phi), torch.empty_like(pre_logits), torch.empty_like(post_logits),
+            pre_logits.new_empty(n, n), torch.empty_like(alpha), torch.empty_like(gate))
 
 
 def _mhc_setup_context(ctx, inputs: Tuple, output: OUTPUTS) -> None:
@@ -259,6 +245,7 @@ def mhc_write_read(streams: Tensor, mix: Tensor, write: Tensor, block_input: Ten
                    alpha: Tensor, gate: Tensor, home: int) -> OUTPUTS:
     """:func:`mhc_reference` as one operator each way, for streams (..., n, C) and a write's r (..., n, n) and
     b (..., n) at every position: H', the state, h' (..., C), H_res's logits (..., n, n) and H_post (..., n)."""
-    outputs = _mhc(*_flat(streams, mix, write, block_input, block_output), readout.contiguous(), phi.contiguous(),
+    outputs = _mhc(*stream_write.flat_inputs(streams, mix, write, block_input, block_output), readout.contiguous(),
+                   phi.contiguous(),
                    pre_logits, post_logits, res_logits.contiguous(), alpha, gate, home)
     return _unflat(outputs, streams, block_input)
