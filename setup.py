@@ -11,10 +11,12 @@ setup(
     long_description_content_type="text/markdown",
     packages=find_packages(include=["fairseq_capsagg", "fairseq_capsagg.*"]),
     python_requires=">=3.9",
-    # fairseq itself (fairseq-fixed==0.12.3.1 on Python 3.11) is installed separately with
-    # --no-deps: its metadata asks for torchaudio, which would pull a second torch.
-    # torch 2.5: torch.serialization.get_unsafe_globals_in_checkpoint (patches/safe_checkpoints.py)
-    install_requires=["torch>=2.5", "numpy", "sacrebleu>=2.0", "sentencepiece", "subword-nmt", "matplotlib"],
+    # fairseq itself (fairseq or fairseq-fixed==0.12.3.1) is installed separately with --no-deps: its metadata asks
+    # for torchaudio, which would pull a second torch. The plugin needs only torch (any build: CPU or CUDA, never
+    # replaced) and numpy; torch 2.5: torch.serialization.get_unsafe_globals_in_checkpoint (patches/
+    # safe_checkpoints.py). The experiments (pipeline/, analysis/) need the extra: pip install -e .[experiments]
+    install_requires=["torch>=2.5", "numpy"],
+    extras_require={"experiments": ["sacrebleu>=2.0", "scipy", "sentencepiece", "subword-nmt", "matplotlib"]},
     entry_points={"console_scripts": [
         "capsagg-params=fairseq_capsagg.tools.param_count:cli_main",
         "capsagg-translate=fairseq_capsagg.tools.translate:cli_main",

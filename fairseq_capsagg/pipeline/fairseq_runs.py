@@ -55,6 +55,11 @@ def warm_start_flags(system: str) -> List[str]:
     return [] if system == BASELINE else list(family_class(system).warm_start_flags)
 
 
+#: Updates over which a continued aggregator at the stack's output ramps in from H^L (README, "Continuing a trained
+#: Transformer"): the default of every driver that continues a trained Transformer.
+RAMP_UPDATES = 200
+
+
 def continuation_flags(system: str, ramp_updates: int) -> List[str]:
     """Flags that continue a trained Transformer with ``system`` (the paper's protocol): where its architecture
     aggregates at the stack's output (the paper's aggregators), the ramp from H^L to the aggregate over

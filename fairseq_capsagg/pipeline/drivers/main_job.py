@@ -141,12 +141,15 @@ def equal_time_rows(args: argparse.Namespace, setup: Setup,
                   start_from=Path(base["checkpoint"]).parent, start_update=base["updates"]),
         label=f"{fairseq_runs.label(reference)} ({args.shape}), trained as long as row {position}")}
     extra_updates = max(1, int(round((slow["train_seconds"] - base["train_seconds"]) * slow["updates_per_s"])))
+    # the paper's protocol as the README prescribes it: the identity start, the aggregate ramped in
+    ramp = min(fairseq_runs.RAMP_UPDATES, extra_updates)
     warm = train_row(setup, f"{slowest}-warm-start", slowest, extra_updates, earlier_seconds=base["train_seconds"],
-                     extra=["--finetune-from-model", base["checkpoint"]])
+                     extra=["--finetune-from-model", base["checkpoint"],
+                            *fairseq_runs.continuation_flags(slowest, ramp)])
     rows[f"{slowest}-warm-start"] = dict(
         warm, updates=warm["updates"] + base["updates"],
-        label=f"{fairseq_runs.label(slowest)} ({args.shape}), warm-started from row 1, trained as long as row "
-              f"{position}")
+        label=f"{fairseq_runs.label(slowest)} ({args.shape}), continued from row 1 (identity start, {ramp}-update "
+              f"ramp), trained as long as row {position}")
     return rows
 
 

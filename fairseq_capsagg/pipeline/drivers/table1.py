@@ -164,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--table compute-equivalence (required, once per run): a converged table's JSON "
                         "(capsagg-table1 --table converged) whose Transformer's validation curve the rows are placed "
                         "on, e.g. docs/results/converged-cpu.json")
-    p.add_argument("--ramp-updates", type=int, default=200,
-                   help="--aggregation-ramp-updates of the warm-started aggregators")
+    p.add_argument("--ramp-updates", type=int, default=fairseq_runs.RAMP_UPDATES,
+                   help="--aggregation-ramp-updates of the warm-started aggregators (default "
+                        f"{fairseq_runs.RAMP_UPDATES})")
     p.add_argument("--lenpen-grid", default=None,
                    help="length penalties tried on the validation split for every row, the best decoding the "
                         f"test split a second time ('' for none; default {LENPEN_GRID}, with --table converged none)")
