@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.capsagg-installed
 
-.PHONY: setup test test-fast demo quick params tables clean-venv
+.PHONY: setup test test-fast demo quick params tables compile-check clean-venv
 
 setup: $(STAMP)
 
@@ -42,6 +42,14 @@ quick: setup
 
 params: setup
 	$(VENV)/bin/capsagg-params
+
+# The compile check against another Triton than .venv's (default 3.6.0, the one torch 2.11 ships): that Triton goes
+# into .triton-$(TRITON)/ (ignored; delete it when done), ahead of .venv's on the path, and every kernel variant the
+# models launch is compiled for sm_80 and sm_90 (benchmarks/compiled_kernels.py; the suite does it with .venv's).
+TRITON ?= 3.6.0
+compile-check: setup
+	test -d .triton-$(TRITON) || $(PIP) install -q --no-deps --target .triton-$(TRITON) triton==$(TRITON)
+	PYTHONPATH=.triton-$(TRITON) $(PY) benchmarks/compiled_kernels.py --targets 80 90
 
 # The README's results at a glance and docs/results.md's converged runs, from the published JSONs (a test runs
 # these lines and compares).

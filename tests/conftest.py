@@ -1,5 +1,6 @@
 """Fixtures and markers of the suite: shared code lives in support/; every test under integration/
-(trainings, console scripts, other processes) is marked slow, every test under unit/ is not."""
+(trainings, console scripts, other processes, the Triton compiler, whole models through Triton's interpreter) is
+marked slow, every test under unit/ is not."""
 
 import os
 import sys

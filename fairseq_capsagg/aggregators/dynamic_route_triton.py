@@ -58,12 +58,13 @@ def _load(votes_ptr, position, stride_position, stride_layer, num_layers, capsul
 @triton.jit
 def _forward_kernel(votes_ptr, out_ptr, stride_position, stride_layer, num_layers, capsules, capsule_dim, iterations,
                     eps, OVER_INPUTS: tl.constexpr, L: tl.constexpr, N: tl.constexpr, D: tl.constexpr):
-    votes, _, pair_live, out_offsets, out_live = _load(votes_ptr, tl.program_id(0), stride_position, stride_layer,
-                                                       num_layers, capsules, capsule_dim, L, N, D)
+    # every name assigned in a loop keeps one type (the compiler's rule): the loads' mask is not an iteration's "_"
+    votes, inside, pair_live, out_offsets, out_live = _load(votes_ptr, tl.program_id(0), stride_position,
+                                                            stride_layer, num_layers, capsules, capsule_dim, L, N, D)
     logits = tl.zeros((L, N), dtype=tl.float32)
     omega = tl.zeros((N, D), dtype=tl.float32)
     for step in range(iterations):
-        _, _, _, omega = _iteration(logits, votes, pair_live, eps, OVER_INPUTS)
+        agreement, total, sq_norm, omega = _iteration(logits, votes, pair_live, eps, OVER_INPUTS)
         logits += tl.sum(omega[None, :, :] * votes, axis=2)
     tl.store(out_ptr + out_offsets, omega, mask=out_live)
 

@@ -165,12 +165,15 @@ def _backward_kernel(grad_ptr, votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, grad
     tl.store(grad_beta_ptr + position * 2 * capsules + capsules + n, grad_beta_mu, mask=capsule_live)
 
 
-def _meta(votes: torch.Tensor):
-    """The padded sizes, and the warps for a position's whole L x N x D tile."""
+def _meta(votes: torch.Tensor, backward: bool = False):
+    """The padded sizes, and the warps for a position's whole L x N x D tile; the backward, which keeps about twice
+    the forward's tiles live, spreads its tile over the warps of one half its size (at `base`, 16 warps cap a thread
+    at 128 registers, and the backward then spilled: kernels-compiled.md)."""
     _, num_layers, capsules, capsule_dim = votes.shape
     sizes = dict(L=triton.next_power_of_2(num_layers), N=triton.next_power_of_2(capsules),
                  D=triton.next_power_of_2(capsule_dim))
-    return dict(sizes, num_warps=warps(sizes["L"] * sizes["N"] * sizes["D"]))
+    tile = sizes["L"] * sizes["N"] * sizes["D"]
+    return dict(sizes, num_warps=warps(tile // 2 if backward else tile))
 
 
 def forward(votes: torch.Tensor, input_act: torch.Tensor, beta_a: torch.Tensor, beta_mu: torch.Tensor,
@@ -197,6 +200,6 @@ def backward(grad: torch.Tensor, votes: torch.Tensor, input_act: torch.Tensor, b
     _backward_kernel[(positions,)](grad, votes, input_act, beta_a, beta_mu, grad_votes, grad_act, grad_beta,
                                    votes.stride(0), votes.stride(1), grad_votes.stride(0), grad_votes.stride(1),
                                    num_layers, capsules, capsule_dim, iterations, inverse_temperature, ROUTING_EPS,
-                                   VARIANCE_FLOOR, HALF_LOG_2PI, **_meta(votes))
-    grad_beta = grad_beta.sum(0)
-    return grad_votes, grad_act, grad_beta[0].to(beta_a.dtype), grad_beta[1].to(beta_mu.dtype)
+                                   VARIANCE_FLOOR, HALF_LOG_2PI, **_meta(votes, backward=True))
+    # each its own sum: an operator's outputs never alias one another
+    return grad_votes, grad_act, grad_beta[:, 0].sum(0).to(beta_a.dtype), grad_beta[:, 1].sum(0).to(beta_mu.dtype)

@@ -6,7 +6,7 @@ import torch
 from torch import Tensor, nn
 
 from .hyper_read import hyper_read
-from .norm_linear import norm_linear
+from .norm_linear import norm_linear_reference
 from .registry import register_aggregator
 from .streams import StreamConnection, StreamSettings
 from .fused import runs_fused
@@ -63,7 +63,7 @@ class HyperConnections(StreamConnection):
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         read, mix, write = self.static_read.float(), self.static_mix.float(), self.static_write.float()
         if self.dynamic:
-            gates = norm_linear(streams, self.projection(), tanh=True, kernel=self.kernels)  # (T, B, n, n + 2) fp32
+            gates = norm_linear_reference(streams, self.projection(), tanh=True)  # (T, B, n, n + 2) fp32
             read_mix, write_gate = gates[..., :-1] * self.read_mix_scale.float(), gates[..., -1]
             read = read + read_mix[..., 0]
             mix = mix + read_mix[..., 1:]

@@ -97,7 +97,7 @@ def gates_backward(gates, grad_a, program, p, i, k, live, n, grad_mix_ptr, grad_
     return grad_gates * (1.0 - gates * gates), read
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
 def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_ptr, scale_b_ptr, out_ptr,
                     out_mix_ptr, out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr,
                     written_ptr, state_ptr, positions, n, channels, eps, WRITES: tl.constexpr, N: tl.constexpr,
@@ -136,7 +136,7 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
                  mask=live[:, None] & (c[None, :] < channels))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
 def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_ptr, read_ptr, scale_a_ptr,
                      scale_b_ptr, grad_streams_ptr, w_shares_ptr, read_shares_ptr, mix_shares_ptr, write_shares_ptr,
                      scale_shares_ptr, grad_ptr, grad_state_ptr, block_mix_ptr, block_write_ptr, input_ptr,
@@ -256,11 +256,12 @@ def _backward(grad_read, grad_mix, grad_write, streams, projection, static_read,
                            shares["scales"], *writes, positions, n, channels, eps, WRITES=written_by is not None,
                            HAS_GRAD=grad is not None, HAS_STATE=grad_state is not None, N=width, K=outputs,
                            BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
-    scales = shares["scales"].sum(0)
     static = static_read.dtype  # A_m's, A_r's and B's
+    # each gradient its own sum: an operator's outputs never alias one another
     read_grads = (shares["w"].sum(0).to(projection.dtype), shares["read"].sum(0).to(static),
                   shares["mix"].sum(0).to(static), shares["write"].sum(0).to(static),
-                  scales[0].to(read_mix_scale.dtype), scales[1].to(write_scale.dtype))
+                  shares["scales"][:, 0].sum(0).to(read_mix_scale.dtype),
+                  shares["scales"][:, 1].sum(0).to(write_scale.dtype))
     if written_by is None:
         return (grad_streams, *read_grads)
     return (grad_streams, *gathered_write_gradients(writes), *read_grads)

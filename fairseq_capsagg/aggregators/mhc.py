@@ -7,7 +7,7 @@ import torch
 from torch import Tensor, nn
 
 from .mhc_read import clamped_gate, mhc_read
-from .norm_linear import norm_linear
+from .norm_linear import norm_linear_reference
 from .registry import register_aggregator
 from .sinkhorn import SINKHORN_ITERATIONS, mhc_mix, sinkhorn
 from .streams import StreamConnection, StreamSettings
@@ -82,7 +82,7 @@ class ManifoldHyperConnections(StreamConnection):
         n = self.num_streams
         pre, post, res = self.pre_logits.float(), self.post_logits.float(), self.res_logits.float()
         if self.dynamic:
-            dynamic = norm_linear(streams.flatten(-2), self.phi.weight, tanh=False, kernel=self.kernels)
+            dynamic = norm_linear_reference(streams.flatten(-2), self.phi.weight, tanh=False)
             alpha = self.alpha.float()
             pre = pre + alpha[0] * dynamic[..., :n]
             post = post + alpha[1] * dynamic[..., n:2 * n]

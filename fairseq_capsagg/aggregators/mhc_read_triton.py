@@ -65,7 +65,7 @@ def _pick(dynamic, i, k, offset):
     return tl.sum(tl.where(k[None, None, :] == offset + i[None, :, None], dynamic[:, None, :], 0.0), axis=2)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
 def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
                     out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, written_ptr,
                     state_ptr, positions, n, channels, home, eps, WRITES: tl.constexpr, N: tl.constexpr,
@@ -107,7 +107,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
                  mask=live[:, None] & (c[None, :] < channels))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
 def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_ptr, pre_ptr, post_ptr, alpha_ptr,
                      gate_ptr, grad_streams_ptr, phi_shares_ptr, small_shares_ptr, grad_ptr, grad_state_ptr,
                      block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_block_mix_ptr,
@@ -255,10 +255,16 @@ def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_lo
                            grad_streams, phi_shares, small_shares, *writes, positions, n, channels, home, eps,
                            WRITES=written_by is not None, HAS_GRAD=grad is not None,
                            HAS_STATE=grad_state is not None, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
-    small = small_shares.sum(0).to(pre_logits.dtype)
-    read_grads = (phi_shares.sum(0).to(phi.dtype), small[:n], small[n:2 * n].to(post_logits.dtype),
-                  small[2 * n:2 * n + n * n].view(n, n), small[2 * n + n * n:2 * n + n * n + 3].to(alpha.dtype),
-                  small[-1].to(gate.dtype))
+    def summed(start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
+        """The programs' shares of columns start..stop summed: each gradient its own tensor (an operator's outputs
+        never alias one another)."""
+        return small_shares[:, start:stop].sum(0).to(dtype)
+
+    res_start = 2 * n
+    alpha_start = res_start + n * n
+    read_grads = (phi_shares.sum(0).to(phi.dtype), summed(0, n, pre_logits.dtype),
+                  summed(n, res_start, post_logits.dtype), summed(res_start, alpha_start, pre_logits.dtype).view(n, n),
+                  summed(alpha_start, alpha_start + 3, alpha.dtype), small_shares[:, -1].sum(0).to(gate.dtype))
     if written_by is None:
         return (grad_streams, *read_grads)
     return (grad_streams, *gathered_write_gradients(writes), *read_grads)

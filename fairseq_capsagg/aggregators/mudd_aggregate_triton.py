@@ -19,8 +19,9 @@ import triton.language as tl
 
 BLOCK_P = 4
 BLOCK_C = 32
-_SQRT_HALF = 0.7071067811865476
-_INV_SQRT_2PI = 0.3989422804014327
+# constexprs: a jit function reads no other module global (the compiler refuses it; the interpreter does not)
+_SQRT_HALF = tl.constexpr(0.7071067811865476)
+_INV_SQRT_2PI = tl.constexpr(0.3989422804014327)
 
 
 @triton.jit
@@ -77,7 +78,7 @@ def _fc2(fc2_ptr, s, l, h, streams, num_layers, hidden):
                    mask=inside, other=0.0).to(tl.float32)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
 def _forward_kernel(layers_ptr, fc1_ptr, fc2_ptr, static_ptr, out_ptr, num_layers, positions, channels, streams,
                     hidden, eps, L: tl.constexpr, S: tl.constexpr, HID: tl.constexpr, BLOCK_P: tl.constexpr,
                     BLOCK_C: tl.constexpr):
@@ -103,7 +104,7 @@ def _forward_kernel(layers_ptr, fc1_ptr, fc2_ptr, static_ptr, out_ptr, num_layer
                  out.to(out_ptr.dtype.element_ty), mask=inside)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
 def _backward_kernel(grad_ptr, layers_ptr, fc1_ptr, fc2_ptr, static_ptr, grad_layers_ptr, fc1_shares_ptr,
                      fc2_shares_ptr, static_shares_ptr, num_layers, positions, channels, streams, hidden, eps,
                      ACCUMULATE: tl.constexpr, L: tl.constexpr, S: tl.constexpr, HID: tl.constexpr,
