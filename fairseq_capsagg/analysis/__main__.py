@@ -27,8 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_on_split_args(p, "checkpoint of a routing model")
     p.set_defaults(run=agreement.run)
 
-    p = sub.add_parser("depth-weights", help="mean weight of each earlier layer in every dense connection "
-                                             "(dwa, depth-attention, mudd)")
+    p = sub.add_parser("depth-weights", help="mean weight of each earlier layer in every dense connection that "
+                                             "weighs layers (dwa, depth-attention, mudd, dlcl)")
     add_model_on_split_args(p, "checkpoint of a model with dense connections or a peer aggregator")
     p.set_defaults(run=depth_weights.run)
 

@@ -3,7 +3,7 @@
 For every connection of a dense-connection side (one after each block) and for a peer used as the
 stack's output aggregator, the mean over real positions of the effective weight of each earlier
 layer in each output stream: DenseFormer's alpha matrix, attention over depth's
-g * alpha + (1 - g) on the newest layer, MUDD's dynamic weights.
+g * alpha + (1 - g) on the newest layer, MUDD's dynamic weights, DLCL's W_l.
 """
 
 import json

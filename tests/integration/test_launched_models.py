@@ -11,6 +11,8 @@ import pytest
 import torch
 
 pytest.importorskip("triton")
+pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
+                                reason="on a GPU the launchers run natively: tests/unit/test_cuda.py")
 
 from compiled_kernels import recorded_launches  # noqa: E402  (benchmarks/, on the path from tests/conftest.py)
 

@@ -2,6 +2,7 @@
 without one in Triton's interpreter on CPU tensors (tests/conftest.py sets ``TRITON_INTERPRET=1``): values and
 gradients, padded sizes, partial blocks."""
 
+import contextlib
 import os
 
 import pytest
@@ -34,6 +35,12 @@ TOLERANCE = dict(rtol=1e-5, atol=1e-6)
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def launching():
+    """Where the operators launch their kernels on ``DEVICE``'s tensors: on CUDA always, on the CPU in the
+    interpreter."""
+    return contextlib.nullcontext() if DEVICE == "cuda" else kernels_on_cpu()
+
+
 def test_without_a_gpu_the_kernels_run_in_the_interpreter():
     assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -62,8 +69,8 @@ def test_the_fused_operators_take_the_kernels_on_cuda_and_the_references_elsewhe
     logits = torch.randn(3, 4, 4, device=DEVICE)
     assert (triton_kernels("sinkhorn_triton", logits) is not None) == (DEVICE == "cuda")
     assert triton_kernels("stream_write_triton", logits.cpu()) is None
-    with kernels_on_cpu():  # the interpreter runs the launchers on CPU tensors
-        assert triton_kernels("stream_write_triton", logits.cpu()).forward.__wrapped__ is stream_write_triton.forward
+    with launching():
+        assert triton_kernels("stream_write_triton", logits).forward.__wrapped__ is stream_write_triton.forward
     torch.testing.assert_close(torch.ops.capsagg.sinkhorn(logits, 5), sinkhorn_reference(logits, 5), **TOLERANCE)
 
 
@@ -74,10 +81,11 @@ def test_a_kernel_that_fails_names_itself_the_device_and_the_way_round(monkeypat
         raise OutOfResources(262144, 232448, "shared memory")
 
     monkeypatch.setattr(sinkhorn_triton, "forward", out_of_shared_memory)
-    with kernels_on_cpu(), pytest.raises(KernelFailed) as failure:
-        torch.ops.capsagg.sinkhorn(torch.randn(3, 4, 4), 5)
+    with launching(), pytest.raises(KernelFailed) as failure:
+        torch.ops.capsagg.sinkhorn(torch.randn(3, 4, 4, device=DEVICE), 5)
     message = str(failure.value)
-    assert "sinkhorn_triton.forward" in message and "cpu" in message and "shared memory" in message
+    device = torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"
+    assert "sinkhorn_triton.forward" in message and device in message and "shared memory" in message
     assert "--connection-kernels eager" in message and isinstance(failure.value.__cause__, OutOfResources)
 
 
@@ -86,8 +94,8 @@ def test_running_out_of_memory_is_not_a_kernel_failure(monkeypatch):
         raise torch.OutOfMemoryError("CUDA out of memory")
 
     monkeypatch.setattr(sinkhorn_triton, "forward", out_of_memory)
-    with kernels_on_cpu(), pytest.raises(torch.OutOfMemoryError):
-        torch.ops.capsagg.sinkhorn(torch.randn(3, 4, 4), 5)
+    with launching(), pytest.raises(torch.OutOfMemoryError):
+        torch.ops.capsagg.sinkhorn(torch.randn(3, 4, 4, device=DEVICE), 5)
 
 
 @pytest.mark.parametrize("positions,n,channels", [(13, 4, 70), (5, 3, stream_write_triton.BLOCK_C),

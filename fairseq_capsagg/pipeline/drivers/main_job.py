@@ -12,7 +12,7 @@ corpus -> subwords -> binarise -> train (every system, same number of updates)
     capsagg-main-job                   # baseline vs EM routing, small shape, CPU
     capsagg-main-job --quick           # a few minutes, for tests
     capsagg-main-job --shape base --systems baseline,linagg,dyncomb,dynrouting,emrouting \
-        --max-update 100000 --max-tokens 4096 --lr 7e-4 --warmup 4000   # the paper's Table 1 on a GPU
+        --max-update 100000 --max-tokens 4096 --lr 7e-4 --warmup 4000 --gpu   # the paper's Table 1 on a GPU
 """
 
 import argparse

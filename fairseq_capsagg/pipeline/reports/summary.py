@@ -68,28 +68,39 @@ def scored_rows(tables: List[Tuple[str, Table]], protocol: str):
                 yield source, row, result
 
 
-def one_epoch_cells(tables: List[Tuple[str, Table]]) -> Dict[Tuple[str, str], str]:
-    """Each method's ΔBLEU from scratch (both seeds where two were trained: ``+2.96† / +3.11†``)."""
+def against(cell: str, reference_bleu: float, header_bleu: float) -> str:
+    """``cell`` with the BLEU of the reference it was measured against where that is not the header's (a row of
+    another run: ``+3.02† vs 7.44``)."""
+    return cell if round(reference_bleu, 2) == round(header_bleu, 2) else f"{cell} vs {reference_bleu:.2f}"
+
+
+def one_epoch_cells(tables: List[Tuple[str, Table]], header_bleu: float) -> Dict[Tuple[str, str], str]:
+    """Each method's ΔBLEU from scratch (both seeds where two were trained: ``+2.96† / +3.11†``), against its own
+    table's Transformer (:func:`against`)."""
     cells: Dict[Tuple[str, str], List[Tuple[int, str]]] = {}
     seen = set()
-    for _, row, result in scored_rows(tables, "scratch"):
+    by_source = dict(tables)
+    for source, row, result in scored_rows(tables, "scratch"):
         method = method_of(row)
         if method is None or row["name"] in seen or row["name"] == row["reference"]:
             continue
         seen.add(row["name"])
-        cells.setdefault(method, []).append((row["seed"], delta(result)))
+        reference = by_source[source]["results"][row["reference"]]["bleu"]
+        cells.setdefault(method, []).append((row["seed"], against(delta(result), reference, header_bleu)))
     return {method: " / ".join(cell for _, cell in sorted(found)) for method, found in cells.items()}
 
 
-def converged_cells(tables: List[Tuple[str, Table]]) -> Dict[Tuple[str, str], str]:
-    """Each method's ΔBLEU of its last checkpoints averaged, continued from a converged Transformer, against the
-    Transformer continued alike in the same run (seed 1; the first run that scored it)."""
+def converged_cells(tables: List[Tuple[str, Table]], header_bleu: float) -> Dict[Tuple[str, str], str]:
+    """Each method's ΔBLEU of its last checkpoints averaged, continued from the trained Transformer, against the
+    Transformer continued alike in the same run (seed 1; the first run that scored it; :func:`against`)."""
     cells = {}
-    for _, row, result in scored_rows(tables, "continued"):
+    by_source = dict(tables)
+    for source, row, result in scored_rows(tables, "continued"):
         method = method_of(row)
         if method is None or row["seed"] != 1 or method in cells or row["system"] == fairseq_runs.BASELINE:
             continue
-        cells[method] = delta(result["average"], with_p=True)
+        reference = by_source[source]["results"][row["reference"]]["average"]["bleu"]
+        cells[method] = against(delta(result["average"], with_p=True), reference, header_bleu)
     return cells
 
 
@@ -129,27 +140,31 @@ def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Ta
     if len(runs) > 1:
         best = " and ".join(f"{r['bleu']:.2f}" for r in runs)
         averaged = " and ".join(f"{r['average']['bleu']:.2f}" for r in runs)
-        parts.append(f"two trainings of the converged Transformer score {best} BLEU (last 5 averaged: {averaged})")
+        parts.append(f"two trainings of the long-trained Transformer score {best} BLEU (last 5 averaged: {averaged})")
     return "Noise: " + "; ".join(parts) + "."
 
 
 def glance_table(one_epoch: Sequence[Path], converged: Sequence[Path], equivalence_json: Optional[Path]) -> str:
-    """One row per method: ΔBLEU after one epoch, continued from the converged Transformer, and compute-equivalence;
-    the Transformer's BLEU first, the noise under the table."""
+    """One row per method: ΔBLEU after one epoch, continued from the long-trained Transformer, and
+    compute-equivalence; the Transformer's BLEU first, each cell measured against another run's Transformer with
+    that run's BLEU, the noise under the table."""
     epoch_tables, converged_tables = read(one_epoch), read(converged)
     equivalence_table = read([equivalence_json])[0][1] if equivalence_json else None
-    columns = [one_epoch_cells(epoch_tables), converged_cells(converged_tables), equivalence_cells(equivalence_table)]
-    methods = [m for m in dict.fromkeys(m for cells in columns for m in cells) if m[0] != fairseq_runs.BASELINE]
-    order = fairseq_runs.systems()
-    methods.sort(key=lambda m: (order.index(m[0]), m[1]))
     first = epoch_tables[0][1]
     base = first["results"][next(r["reference"] for r in first["rows"] if r["protocol"] == "scratch")]
     continued = converged_tables[0][1]["results"]["continued-baseline"]["average"]
+    columns = [one_epoch_cells(epoch_tables, base["bleu"]), converged_cells(converged_tables, continued["bleu"]),
+               equivalence_cells(equivalence_table)]
+    methods = [m for m in dict.fromkeys(m for cells in columns for m in cells) if m[0] != fairseq_runs.BASELINE]
+    order = fairseq_runs.systems()
+    methods.sort(key=lambda m: (order.index(m[0]), m[1]))
     steps = first["config"]["max_update"], converged_tables[0][1]["config"]["warm_updates"]
     cap = equivalence_table["config"]["update_cap"] if equivalence_table else equivalence.UPDATE_CAP
-    lines = [f"| method | one epoch: ΔBLEU, {steps[0]:,} updates from scratch | converged: ΔBLEU (p), +{steps[1]:,} "
-             f"updates from the converged Transformer, last 5 averaged | compute-equivalence at {cap:,} updates "
-             "from scratch |",
+    trained = converged_tables[0][1]["results"][equivalence.REFERENCE]
+    start = ("the converged Transformer" if trained["converged"] else
+             f"the Transformer trained {trained['stopped_at']:,} updates (not converged)")
+    lines = [f"| method | one epoch: ΔBLEU, {steps[0]:,} updates from scratch | continued: ΔBLEU (p), +{steps[1]:,} "
+             f"updates from {start}, last 5 averaged | compute-equivalence at {cap:,} updates from scratch |",
              "|---|---:|---:|---:|",
              f"| Transformer: BLEU | {base['bleu']:.2f} | {continued['bleu']:.2f} | 1 |"]
     for method in methods:
