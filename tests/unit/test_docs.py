@@ -175,3 +175,40 @@ def test_the_bf16_counts_are_what_the_benchmark_published():
         keys = ("train_kernels", "train_bytes_moved", "train_step_peak_bytes")
         assert_per_step_cells(label, published_row("kernels-cpu-bf16", BF16_ROWS[label]),
                               dict(zip(keys, zip(cells[::2], cells[1::2]))))
+
+
+def headline_bullets() -> str:
+    """The README's bullets under the results at a glance."""
+    text = README.read_text(encoding="utf-8")
+    return text[text.index("<!-- glance:end -->"):text.index("## Running the experiments")]
+
+
+def published(name: str):
+    return json.loads((ROOT / "docs" / "results" / name).read_text())
+
+
+def test_the_headline_bullets_quote_the_published_numbers():
+    """Every number of the bullets that sums up a published table is what that table says."""
+    bullets = re.sub(r"\s+", " ", headline_bullets())
+    equivalence = published("compute-equivalence.json")
+    last = {name: points[-1] for name, points in equivalence["compute_equivalence"]["rows"].items()}
+
+    def ratio(name: str, key: str = "updates_ratio") -> float:
+        return round(sum(last[name][key]) / 2, 2)
+
+    for name in ("scratch-hc-s1", "scratch-dyncomb-s1", "scratch-mudd-s1", "scratch-dwa-s1", "scratch-dlcl-s1",
+                 "scratch-emrouting-s1"):
+        assert f"{ratio(name):.2f}x" in bullets, name
+    seconds = [ratio(f"scratch-{s}-s1", "seconds_ratio") for s in ("hc", "dyncomb", "mudd")]
+    assert f"{min(seconds):.2f}-{max(seconds):.2f}x in seconds" in bullets
+    slow = [ratio(f"scratch-{s}-s1", "seconds_ratio") for s in ("dwa", "dlcl")]
+    assert f"{min(slow):.2f}-{max(slow):.2f}x in seconds" in bullets
+    dense = [equivalence["results"][f"scratch-{s}-s1"]["bleu"] for s in ("hc", "dyncomb", "mudd", "dwa", "dlcl")]
+    assert f"{equivalence['results']['scratch-emrouting-s1']['bleu']:.1f} BLEU" in bullets
+    assert f"{min(dense):.1f}-{max(dense):.1f}" in bullets
+    continued = [r["average"]["delta_bleu"] for name, r in published("converged-cpu.json")["results"].items()
+                 if name.startswith("continued-") and name != "continued-baseline" and "delta_bleu" in r["average"]
+                 and not name.endswith("-s2")]
+    assert f"{min(continued):+.2f} to {max(continued):+.2f} BLEU".replace("-", "−") in bullets
+    em = [published("table1-cpu.json")["results"][f"scratch-emrouting-s{seed}"]["delta_bleu"] for seed in (1, 2)]
+    assert f"loses {-max(em):.1f}-{-min(em):.1f}" in bullets
