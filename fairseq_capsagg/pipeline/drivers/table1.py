@@ -22,6 +22,9 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
   take, its number of updates fixed in advance from the training-speed ratios of
   ``--speed-json`` (``benchmarks/speed.py`` on this machine, the same shape).
 
+``--table capsules``: dynamic routing from scratch at several capsule widths, both routing softmaxes, against the
+Transformer of the paper's table (rows shared): which width learns (:func:`.table1_rows.capsule_rows`).
+
 ``--table converged`` (:mod:`.converged`): the Transformer to convergence, the paper's protocol from it,
 every system from scratch to convergence. ``--table compute-equivalence``: systems from
 scratch for a fixed budget, placed on the validation curves of published converged Transformers (:mod:`..equivalence`).
@@ -64,8 +67,8 @@ from ..rows import Row, compare, hypothesis_file, score_row, tune_row
 from ..subwords import VocabularyTooSmall
 from ..warm_starts import step0_losses
 from . import converged
-from .table1_rows import (EQUIVALENCE_SYSTEMS, equivalence_rows, peer_rows, read_speed_ratios, speed_ratios_by_device,
-                          table_rows)
+from .table1_rows import (EQUIVALENCE_SYSTEMS, capsule_rows, equivalence_rows, peer_rows, read_speed_ratios,
+                          speed_ratios_by_device, table_rows)
 
 #: Every table runs on the bundled corpus of its pair (``--source-lang``/``--target-lang``, by default
 #: :data:`~.corpus.DEFAULT_PAIR`), in sentencepiece subwords.
@@ -74,7 +77,8 @@ SUBWORDS = "sentencepiece"
 
 
 #: The tables this script writes: its file name stem and the title of each protocol.
-TABLES = {"paper": "table1", "peers": "peers", "converged": "converged", "compute-equivalence": "compute-equivalence"}
+TABLES = {"paper": "table1", "peers": "peers", "capsules": "dynrouting-capsules", "converged": "converged",
+          "compute-equivalence": "compute-equivalence"}
 #: The tables trained by the stop rule (:mod:`.converged`): validated on a grid, averaged, capped.
 STOP_RULE_TABLES = ("converged", "compute-equivalence")
 #: ``--update-cap`` of each of them.
@@ -89,7 +93,7 @@ LENPEN_GRID = "0.5,1,1.5,2,3"
 #: Systems trained from scratch with a second seed by default: the baseline and EM routing (the noise
 #: on the page), and in the paper's table the two combinations, whose gains over the baseline are its claims.
 SECOND_SEED = {"paper": ("baseline", "emrouting", "linagg", "dyncomb"), "peers": ("baseline", "emrouting"),
-               "converged": converged.SECOND_SEED, "compute-equivalence": ()}
+               "capsules": (), "converged": converged.SECOND_SEED, "compute-equivalence": ()}
 
 
 def bundled_pairs() -> str:
@@ -116,6 +120,8 @@ def rows_of(args: argparse.Namespace) -> List[Row]:
         return equivalence_rows(args.systems)
     if args.table == "converged":
         return converged.converged_rows(args.systems, args.second_seed)
+    if args.table == "capsules":
+        return capsule_rows()
     return peer_rows(args.systems, args.second_seed, args.max_update, args.speed_ratios)
 
 
@@ -129,9 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"source language, a pair with a bundled corpus ({bundled_pairs()}; default {PAIR[0]})")
     p.add_argument("--target-lang", choices=languages, default=PAIR[1], help=f"target language (default {PAIR[1]})")
     p.add_argument("--table", choices=tuple(TABLES), default="paper",
-                   help="the paper's Table 1, routing against its peers (rows from scratch are shared), the "
-                        "converged comparison (fairseq_capsagg/pipeline/drivers/converged.py), or compute-equivalence "
-                        "from scratch (fairseq_capsagg/pipeline/equivalence.py)")
+                   help="the paper's Table 1, routing against its peers, dynamic routing's capsule widths (rows "
+                        "from scratch are shared), the converged comparison (fairseq_capsagg/pipeline/drivers/"
+                        "converged.py), or compute-equivalence from scratch (fairseq_capsagg/pipeline/equivalence.py)")
     p.add_argument("--systems", default=None,
                    help=f"comma-separated, from {','.join(fairseq_runs.systems())} (default: the paper's "
                         f"{','.join(fairseq_runs.paper_systems())}; with --table peers: baseline,emrouting,"
@@ -222,6 +228,7 @@ def apply_table_defaults(args: argparse.Namespace) -> None:
         args.systems = ",".join(fairseq_runs.paper_systems() if args.table == "paper"
                                 else converged.default_systems() if args.table == "converged"
                                 else EQUIVALENCE_SYSTEMS if args.table == "compute-equivalence"
+                                else ["baseline", "dynrouting"] if args.table == "capsules"
                                 else ["baseline", "emrouting", *fairseq_runs.peer_systems()])
     default_second_seed = args.second_seed is None
     for key in ("systems", "second_seed", "rows"):
