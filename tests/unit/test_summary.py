@@ -53,7 +53,8 @@ def published(tmp_path):
         row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
         row("scratch-hc-s1", "hc", "scratch", 1, "scratch-baseline-s1"),
     ], "results": {"scratch-baseline-s1": scored(7.44), "scratch-hc-s1": scored(10.46, 3.02, 0.001)}})
-    reference = dict(best_loss=4.565, average=averaged(28.98, updates=(29000, 30000)))
+    reference = dict(best_loss=4.565, average=averaged(28.98, updates=(29000, 30000)), converged=False,
+                     stopped_at=30000)
     run1 = publish(tmp_path / "converged-cpu.json", {"config": CONVERGED, "rows": [
         row("converged-baseline-s1", "baseline", "converged", 1, "converged-baseline-s1"),
         row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1"),
@@ -72,7 +73,8 @@ def published(tmp_path):
         row("converged-baseline-s1", "baseline", "converged", 1, "converged-baseline-s1"),
         row("continued-baseline", "baseline", "continued", 1, "converged-baseline-s1"),
         row("continued-hc", "hc", "continued", 1, "continued-baseline"),
-    ], "results": {"converged-baseline-s1": scored(28.5, best_loss=4.573, average=averaged(29.2)),
+    ], "results": {"converged-baseline-s1": scored(28.5, best_loss=4.573, average=averaged(29.2), converged=False,
+                                                   stopped_at=30000),
                    "continued-baseline": scored(29.11, 0.61, 0.003, best_loss=4.552, average=averaged(29.41, 0.21, 0.1)),
                    "continued-hc": scored(29.3, 0.19, 0.2, best_loss=4.55, average=averaged(29.35, -0.06, 0.3))}})
     points = [{"update": 1000, "loss": 7.0, "reference_updates": {}, "updates_ratio": [1.2, 1.3]},
@@ -95,8 +97,8 @@ def test_each_method_has_its_one_epoch_converged_and_equivalence_cells(published
     table = cells(glance_table(one_epoch, converged, equivalence))
     assert table["Transformer: BLEU"] == ["7.42", "29.40", "1"]
     assert table["Dynamic Combination"] == ["+2.96† / +3.11*", "+0.24* (0.021)", "not measured"]
-    # measured in the second run only, against that run's Transformer continued
-    assert table["Hyper-connections"] == ["+3.02†", "−0.06 (0.300)", "1.10-1.12, above"]
+    # measured in other runs, against those runs' Transformers: their BLEU beside the cell
+    assert table["Hyper-connections"] == ["+3.02† vs 7.44", "−0.06 (0.300) vs 29.41", "1.10-1.12, above"]
     # an ablation continued from the converged Transformer is a method; the other ablations are not
     assert table["EM Routing, encoder only"] == ["−0.17", "+0.03 (0.300)", "not measured"]
     assert not any("iter" in name for name in table)
@@ -106,8 +108,10 @@ def test_each_method_has_its_one_epoch_converged_and_equivalence_cells(published
 def test_the_noise_line_reads_the_second_seeds_and_the_converged_runs(published):
     text = glance_table(*published)
     assert ("Noise: the Transformer's second seed −0.06 (0.273) after one epoch; −0.27 (0.060) continued (last 5 "
-            "averaged); two trainings of the converged Transformer score 29.00 and 28.50 BLEU (last 5 averaged: "
+            "averaged); two trainings of the long-trained Transformer score 29.00 and 28.50 BLEU (last 5 averaged: "
             "28.98 and 29.20).") in text
+    # a Transformer stopped by the update cap is not called converged
+    assert "+3,000 updates from the Transformer trained 30,000 updates (not converged)" in text
 
 
 @pytest.mark.parametrize("ratio,cell", [([0.99, 1.01], "0.99-1.01, within"), ([0.38, 0.39], "0.38-0.39, below")])
