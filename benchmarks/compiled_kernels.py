@@ -4,10 +4,10 @@ target, whether it compiles, and its registers, stack frame, spills (local memor
 
 Collected, not listed: a model of each family (``small`` and ``base``, fp32 and bf16) runs a training step (on a
 batch whose positions are a multiple of 16 and one whose are not) and incremental decoding steps (one sentence and
-three) on the CPU with its operators' Triton launchers in Triton's interpreter
-(:func:`fairseq_capsagg.aggregators.fused.kernels_on_cpu`). Each launch is specialised as Triton's JIT specialises
-it for a GPU (its own binder: the signature, the constexprs, the integers equal to 1, the divisibility by 16 of
-pointers and integers, the launch options): a variant. Each variant is then compiled with ``triton.compile`` for
+three) on the CPU with its operators' Triton launchers recorded in Triton's interpreter, dry
+(:func:`fairseq_capsagg.aggregators.fused.kernels_on_cpu`, :func:`recorded_launches`). Each launch is specialised
+as Triton's JIT specialises it for a GPU (its own binder: the signature, the constexprs, the integers equal to 1,
+the divisibility by 16 of pointers and integers, the launch options): a variant. Each variant is then compiled with ``triton.compile`` for
 explicit ``GPUTarget``s in processes without the interpreter (by the ptxas that Triton's wheel ships), and its
 resources read from ptxas' own report.
 
@@ -45,9 +45,9 @@ FUSED_FAMILIES = ("dynrouting", "emrouting", "depthattn", "mudd", "hc", "mhc")
 TARGETS = (80, 89, 90, 100, 120)
 SHAPES = ("small", "base")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-#: Training batches (source lengths; the targets as long): 2 x 8 = 16 positions, and 13 (a ragged pair).
+#: Training batches (source lengths; the targets as long) and incremental decoding's: position counts that are a
+#: multiple of 16, ragged and 1, as Triton would specialise an integer the kernels did not leave unspecialised.
 TRAIN_BATCHES = ([8, 8], [7, 6])
-#: Incremental decoding: one sentence (a position count of 1, which Triton specialises) and three.
 DECODE_BATCHES = ([5], [5, 4, 3])
 DECODE_STEPS = 2
 #: Where a variant comes from: (family, shape, precision, pass).
@@ -76,9 +76,9 @@ def _specialiser(kernel):
 def specialise(kernel, args: Sequence, kwargs: Dict) -> Dict[str, object]:
     """One launch of the interpreted ``kernel`` as the variant Triton's JIT would compile on a GPU (JSON-ready)."""
     jit, backend, binder = _specialiser(kernel)
-    fn = kernel.fn
     bound, specialisation, options = binder(*args, **kwargs)
     _, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound, specialisation, options)
+    fn = kernel.fn
     return {"kernel": kernel_name(fn), "module": fn.__module__, "function": fn.__name__, "signature": signature,
             "constexprs": sorted([list(path), value] for path, value in constexprs.items()),
             "attrs": sorted([list(path), attr] for path, attr in attrs.items()),
@@ -126,9 +126,9 @@ def _batch(dictionary, lengths: List[int], seed: int, bos: bool = False) -> torc
 
 
 def model_launches(family: str, shape: str, precision: str, variants: Dict[str, Dict[str, object]]) -> None:
-    """Runs ``family``'s model at ``shape`` in ``precision`` through its Triton launchers (interpreted): a training
-    step on each of :data:`TRAIN_BATCHES`, then incremental decoding of each of :data:`DECODE_BATCHES`; adds what
-    it launches to ``variants``."""
+    """Runs ``family``'s model at ``shape`` in ``precision`` through its Triton launchers, dry: a training step on
+    each of :data:`TRAIN_BATCHES`, then incremental decoding of each of :data:`DECODE_BATCHES`; adds what it
+    launches to ``variants``."""
     from fairseq_capsagg.aggregators.base import gpu_checks_only
     from fairseq_capsagg.aggregators.fused import kernels_on_cpu
     from fairseq_capsagg.models.build import build_model, joined_dictionary, model_args
@@ -167,7 +167,7 @@ def collect_variants(families: Sequence[str] = FUSED_FAMILIES, shapes: Sequence[
                 start, before = time.time(), len(variants)
                 model_launches(family, shape, precision, variants)
                 print(f"[compiled-kernels] {family} {shape} {precision}: {len(variants) - before} new variants "
-                      f"({time.time() - start:.0f} s interpreted)", file=sys.stderr, flush=True)
+                      f"({time.time() - start:.0f} s)", file=sys.stderr, flush=True)
     return sorted(variants.values(), key=variant_key)
 
 
