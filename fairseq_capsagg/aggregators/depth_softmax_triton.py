@@ -16,6 +16,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .tiles_triton import position_kernel
+
 BLOCK_P = 8
 BLOCK_C = 64
 
@@ -42,7 +44,7 @@ def _softmax_over_depth(scores, l, num_layers):
     return exps / tl.sum(exps, axis=0)[None, :]
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(layers_ptr, query_ptr, gate_ptr, out_ptr, num_layers, positions, channels, query_stride, eps,
                     L: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -68,7 +70,7 @@ def _forward_kernel(layers_ptr, query_ptr, gate_ptr, out_ptr, num_layers, positi
                  mask=live[:, None] & (c[None, :] < channels))
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(grad_ptr, layers_ptr, query_ptr, gate_ptr, grad_layers_ptr, grad_query_ptr, gate_shares_ptr,
                      num_layers, positions, channels, query_stride, eps, STATIC: tl.constexpr, ACCUMULATE: tl.constexpr,
                      L: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):

@@ -23,6 +23,7 @@ import triton.language as tl
 
 from .stream_write_triton import block_write_weights, gathered_write_gradients, read_chunk, read_streams_gradient, \
     store_write_gradients, store_written, write_gradients, write_outputs
+from .tiles_triton import position_kernel
 
 BLOCK_P = 4
 BLOCK_C = 64
@@ -97,7 +98,7 @@ def gates_backward(gates, grad_a, program, p, i, k, live, n, grad_mix_ptr, grad_
     return grad_gates * (1.0 - gates * gates), read
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_ptr, scale_b_ptr, out_ptr,
                     out_mix_ptr, out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr,
                     written_ptr, state_ptr, positions, n, channels, eps, WRITES: tl.constexpr, N: tl.constexpr,
@@ -136,7 +137,7 @@ def _forward_kernel(streams_ptr, w_ptr, read_ptr, mix_ptr, write_ptr, scale_a_pt
                  mask=live[:, None] & (c[None, :] < channels))
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(grad_h_ptr, grad_mix_ptr, grad_write_ptr, streams_ptr, w_ptr, read_ptr, scale_a_ptr,
                      scale_b_ptr, grad_streams_ptr, w_shares_ptr, read_shares_ptr, mix_shares_ptr, write_shares_ptr,
                      scale_shares_ptr, grad_ptr, grad_state_ptr, block_mix_ptr, block_write_ptr, input_ptr,

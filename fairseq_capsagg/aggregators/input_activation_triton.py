@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .tiles_triton import position_kernel
+
 BLOCK_P = 16
 BLOCK_C = 64
 
@@ -29,7 +31,7 @@ def _chunk(capsules_ptr, weight_ptr, p, l, c, live, layers, channels):
     return capsules, weight, offsets, inside
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(capsules_ptr, weight_ptr, bias_ptr, out_ptr, positions, layers, channels, L: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -45,7 +47,7 @@ def _forward_kernel(capsules_ptr, weight_ptr, bias_ptr, out_ptr, positions, laye
              mask=live[:, None] & (l[None, :] < layers))
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(grad_ptr, act_ptr, capsules_ptr, weight_ptr, grad_capsules_ptr, weight_shares_ptr,
                      bias_shares_ptr, positions, layers, channels, L: tl.constexpr, BLOCK_P: tl.constexpr,
                      BLOCK_C: tl.constexpr):

@@ -19,6 +19,7 @@ import triton.language as tl
 
 from .stream_write_triton import block_write_weights, gathered_write_gradients, read_chunk, read_streams_gradient, \
     store_write_gradients, store_written, write_gradients, write_outputs
+from .tiles_triton import position_kernel
 
 BLOCK_P = 4
 BLOCK_C = 16
@@ -65,7 +66,7 @@ def _pick(dynamic, i, k, offset):
     return tl.sum(tl.where(k[None, None, :] == offset + i[None, :, None], dynamic[:, None, :], 0.0), axis=2)
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
                     out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, written_ptr,
                     state_ptr, positions, n, channels, home, eps, WRITES: tl.constexpr, N: tl.constexpr,
@@ -107,7 +108,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
                  mask=live[:, None] & (c[None, :] < channels))
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_ptr, pre_ptr, post_ptr, alpha_ptr,
                      gate_ptr, grad_streams_ptr, phi_shares_ptr, small_shares_ptr, grad_ptr, grad_state_ptr,
                      block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_block_mix_ptr,

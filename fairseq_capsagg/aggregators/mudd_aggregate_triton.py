@@ -17,6 +17,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .tiles_triton import position_kernel
+
 BLOCK_P = 4
 BLOCK_C = 32
 # constexprs: a jit function reads no other module global (the compiler refuses it; the interpreter does not)
@@ -78,7 +80,7 @@ def _fc2(fc2_ptr, s, l, h, streams, num_layers, hidden):
                    mask=inside, other=0.0).to(tl.float32)
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(layers_ptr, fc1_ptr, fc2_ptr, static_ptr, out_ptr, num_layers, positions, channels, streams,
                     hidden, eps, L: tl.constexpr, S: tl.constexpr, HID: tl.constexpr, BLOCK_P: tl.constexpr,
                     BLOCK_C: tl.constexpr):
@@ -104,7 +106,7 @@ def _forward_kernel(layers_ptr, fc1_ptr, fc2_ptr, static_ptr, out_ptr, num_layer
                  out.to(out_ptr.dtype.element_ty), mask=inside)
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(grad_ptr, layers_ptr, fc1_ptr, fc2_ptr, static_ptr, grad_layers_ptr, fc1_shares_ptr,
                      fc2_shares_ptr, static_shares_ptr, num_layers, positions, channels, streams, hidden, eps,
                      ACCUMULATE: tl.constexpr, L: tl.constexpr, S: tl.constexpr, HID: tl.constexpr,

@@ -18,6 +18,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .tiles_triton import position_kernel
+
 #: Positions per program.
 BLOCK = 32
 
@@ -55,7 +57,7 @@ def _offsets(positions, n, N: tl.constexpr, BLOCK_P: tl.constexpr):
     return offsets, transposed, inside, (i3 < n) & (j3 < n), i3 == j3
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(logits_ptr, gate_ptr, out_ptr, positions, n, iterations, BLEND: tl.constexpr, N: tl.constexpr,
                     BLOCK_P: tl.constexpr):
     offsets, transposed, inside, valid, diagonal = _offsets(positions, n, N, BLOCK_P)
@@ -70,7 +72,7 @@ def _forward_kernel(logits_ptr, gate_ptr, out_ptr, positions, n, iterations, BLE
         tl.store(out_ptr + offsets, matrices, mask=inside)
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(logits_ptr, gate_ptr, grad_ptr, out_ptr, gate_shares_ptr, positions, n, iterations,
                      BLEND: tl.constexpr, N: tl.constexpr, BLOCK_P: tl.constexpr):
     offsets, transposed, inside, valid, diagonal = _offsets(positions, n, N, BLOCK_P)

@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .tiles_triton import stream_chunk
+from .tiles_triton import position_kernel, stream_chunk
 
 BLOCK_P = 8
 BLOCK_C = 64
@@ -157,7 +157,7 @@ def read_streams_gradient(grad_x, x, grad_ptr, grad_state_ptr, streams_ptr, inpu
     return grad_block_mix, grad_block_write, grad_readout
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _forward_kernel(streams_ptr, mix_ptr, write_ptr, input_ptr, output_ptr, readout_ptr, out_ptr, state_ptr,
                     positions, n, channels, N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -171,7 +171,7 @@ def _forward_kernel(streams_ptr, mix_ptr, write_ptr, input_ptr, output_ptr, read
         store_written(out_ptr, state_ptr, out, readout, p, i, c, live, n, channels)
 
 
-@triton.jit(do_not_specialize=["positions"])  # a batch's positions vary: one compile for all
+@position_kernel
 def _backward_kernel(grad_ptr, grad_state_ptr, streams_ptr, mix_ptr, write_ptr, input_ptr, output_ptr, readout_ptr,
                      grad_streams_ptr, grad_mix_ptr, grad_write_ptr, grad_input_ptr, grad_output_ptr,
                      readout_shares_ptr, positions, n, channels, HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr,

@@ -1,4 +1,5 @@
-"""Tile loaders that several Triton kernels of this package share: a few positions' residual streams (the reads of
+"""What several Triton kernels of this package share: the decorator of the kernels that take a batch's position
+count (:data:`position_kernel`), and tile loaders: a few positions' residual streams (the reads of
 :mod:`.hyper_read_triton` and :mod:`.mhc_read_triton`, through :mod:`.stream_write_triton`) and one position's routing
 votes (:mod:`.dynamic_route_triton`, :mod:`.em_route_triton`).
 
@@ -7,6 +8,11 @@ Imported only where Triton is (CUDA machines; the tests run it on the CPU with `
 
 import triton
 import triton.language as tl
+
+#: The decorator of every kernel that takes a batch's position count (``positions``): Triton would specialise that
+#: integer (equal to 1, a multiple of 16) and compile the kernel again for each kind of batch; left unspecialised, a
+#: kernel compiles once per shape and precision.
+position_kernel = triton.jit(do_not_specialize=["positions"])
 
 
 @triton.jit
