@@ -25,13 +25,16 @@ SUPPORT = Path(__file__).resolve().parents[1] / "support"
 
 
 def defined_kernels():
-    """Every kernel the package's Triton modules launch from Python (``*_kernel``; the rest are device
-    functions)."""
+    """Every kernel the package's Triton modules define to launch from Python (Triton functions named ``*_kernel``;
+    the others are device functions)."""
+    from triton.runtime import KernelInterface
+
     package = Path(fairseq_capsagg.aggregators.__file__).parent
     names = set()
     for path in package.glob("*_triton.py"):
         module = importlib.import_module(f"fairseq_capsagg.aggregators.{path.stem}")
-        names |= {f"{path.stem}.{name}" for name in vars(module) if name.endswith("_kernel")}
+        names |= {f"{path.stem}.{name}" for name, value in vars(module).items()
+                  if name.endswith("_kernel") and isinstance(value, KernelInterface)}
     return names
 
 
