@@ -76,6 +76,8 @@ PAIR = corpus_mod.DEFAULT_PAIR
 SUBWORDS = "sentencepiece"
 
 
+Results = Dict[str, Dict[str, object]]
+
 #: The tables this script writes: its file name stem and the title of each protocol.
 TABLES = {"paper": "table1", "peers": "peers", "capsules": "dynrouting-capsules", "converged": "converged",
           "compute-equivalence": "compute-equivalence"}
@@ -179,9 +181,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save-interval", type=int, default=100, help="checkpoint every N updates (resume point)")
     p.add_argument("--report-only", action="store_true", help="train nothing; write the tables of the rows done")
     p.add_argument("--publish", type=Path, default=None,
-                   help="also write the tables as DIR/{table1,peers,converged}-{cpu,gpu}.{md,json} "
-                        "(compute-equivalence: DIR/compute-equivalence.{md,json,png}, keeping the rows the table "
-                        "there has that this work directory has not scored, when its settings are this run's)")
+                   help="also write the tables as DIR/{table1,peers,dynrouting-capsules,converged}-{cpu,gpu}.{md,json} "
+                        "(compute-equivalence: DIR/compute-equivalence.{md,json,png}); every table but converged keeps "
+                        "the rows the table there has that this work directory has not scored, when its settings "
+                        "are this run's (and, but for compute-equivalence, when the row each was compared against "
+                        "scores the same here)")
     add_setup_flags(p)
     return p
 
@@ -264,9 +268,11 @@ def check_table(args: argparse.Namespace) -> None:
             raise ValueError("--reference-curve: required with --table compute-equivalence (a converged table's "
                              "JSON, once per Transformer run, e.g. docs/results/converged-cpu.json)")
         args.reference_curves = equivalence_report.read_reference_curves(args.reference_curve)
-        args.published_results = (equivalence_report.published_results(
-            args.publish / publish.published_name(f"{table_stem(args)}.json", args.gpu, device_suffix=False),
-            config_of(args)) if args.publish else {})
+    args.published_results = {}
+    if args.publish and args.table != "converged":  # the tables that keep the published rows not trained here
+        published = publish.published_name(f"{table_stem(args)}.json", args.gpu,
+                                           device_suffix=args.table != "compute-equivalence")
+        args.published_results = publish.published_results(args.publish / published, config_of(args))
     if args.table in STOP_RULE_TABLES:
         converged.convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
     if args.table == "converged":
@@ -466,6 +472,16 @@ def trained_result(row: Row, args: argparse.Namespace, stages: Stages, prepared:
     return result
 
 
+def kept_published(published: Results, results: Results) -> Results:
+    """The rows of the published table (``--publish``) that this work directory has not scored, kept when the
+    row each was compared against scored the same test BLEU and chrF here (the same model: its comparisons still
+    hold), so that a table trained a few rows at a time on machines that do not keep their runs stays whole."""
+    def reproduced(name: str) -> bool:
+        return name in results and name in published and all(
+            results[name].get(key) == published[name].get(key) for key in ("bleu", "chrf"))
+    return {name: res for name, res in published.items() if name not in results and reproduced(res["reference"])}
+
+
 def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> None:
     """``--table paper`` or ``peers``: trains the rows asked for and not trained yet, scores every trained row
     and writes the table."""
@@ -481,6 +497,7 @@ def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows
     compare(rows, results, lambda name: hypothesis_file(work, name), raw_refs, num_test, tokenize)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
     compare(rows, tuned, lambda name: hypothesis_file(work, f"{name}.lenpen"), raw_refs, num_test, tokenize)
+    results = {**kept_published(args.published_results, results), **results}
     step0 = None
     if args.table == "paper" and "scratch-baseline-s1" in results:
         step0 = stages.run(stage_names.STEP0_WARM_STARTS, lambda: step0_losses(

@@ -34,22 +34,6 @@ def read_reference_curves(paths: Sequence[Path]) -> Dict[str, equivalence.Curve]
     return curves
 
 
-def published_results(path: Path, config: Dict[str, object]) -> Results:
-    """The rows' results of the table published at ``path`` (none if it is not there), so that a table trained a
-    row at a time on several machines keeps the rows this work directory has not scored.
-
-    Raises:
-        ValueError: naming ``--publish`` when that table was made with other settings than ``config``.
-    """
-    if not path.is_file():
-        return {}
-    payload = json.loads(path.read_text())
-    if payload.get("config") != config:
-        raise ValueError(f"--publish: {path} holds rows of other settings ({payload.get('config')} against this "
-                         f"run's {config}); publish this table elsewhere, or move that one away")
-    return payload["results"]
-
-
 def compute(rows: List[Row], results: Results, references: Dict[str, equivalence.Curve], points: Sequence[int],
             speed_ratios: Dict[str, Dict[str, object]]) -> Dict[str, object]:
     """Every trained row's :func:`~.equivalence.row_equivalence` with its verdict per point, and the noise band;

@@ -32,3 +32,19 @@ def write_outputs(args: argparse.Namespace, stem: str, table: str, payload: Dict
                                                                                      device_suffix))
     for figure in figures:
         shutil.copy2(figure, args.publish / published_name(figure.name, args.gpu, device_suffix=False))
+
+
+def published_results(path: Path, config: Dict[str, object]) -> Dict[str, Dict[str, object]]:
+    """The rows' results of the table published at ``path`` (none if it is not there), so that a table trained a
+    row at a time on several machines keeps the rows this work directory has not scored.
+
+    Raises:
+        ValueError: naming ``--publish`` when that table was made with other settings than ``config``.
+    """
+    if not path.is_file():
+        return {}
+    payload = json.loads(path.read_text())
+    if payload.get("config") != config:
+        raise ValueError(f"--publish: {path} holds rows of other settings ({payload.get('config')} against this "
+                         f"run's {config}); publish this table elsewhere, or move that one away")
+    return payload["results"]
