@@ -5,7 +5,7 @@ target, whether it compiles, and its registers, stack frame, spills (local memor
 Collected, not listed: a model of each family (``small`` and ``base``, fp32 and bf16) runs a training step (on a
 batch whose positions are a multiple of 16 and one whose are not) and incremental decoding steps (one sentence and
 three) on the CPU with its operators' Triton launchers recorded in Triton's interpreter, dry
-(:func:`fairseq_capsagg.aggregators.fused.kernels_on_cpu`, :func:`recorded_launches`). Each launch is specialised
+(:func:`fairseq_capsagg.aggregators.ops.dispatch.kernels_on_cpu`, :func:`recorded_launches`). Each launch is specialised
 as Triton's JIT specialises it for a GPU (its own binder: the signature, the constexprs, the integers equal to 1,
 the divisibility by 16 of pointers and integers, the launch options): a variant. Each variant is then compiled with ``triton.compile`` for
 explicit ``GPUTarget``s in processes without the interpreter (by the ptxas that Triton's wheel ships), and its
@@ -55,7 +55,8 @@ Origin = Tuple[str, str, str, str]
 
 
 def kernel_name(fn) -> str:
-    """A kernel as the tables name it: its module within the aggregators, and its function."""
+    """A kernel as the tables name it: its module within ``aggregators/kernels/`` (its operator's name), and its
+    function."""
     return f"{fn.__module__.rsplit('.', 1)[-1]}.{fn.__name__}"
 
 
@@ -130,7 +131,7 @@ def model_launches(family: str, shape: str, precision: str, variants: Dict[str, 
     each of :data:`TRAIN_BATCHES`, then incremental decoding of each of :data:`DECODE_BATCHES`; adds what it
     launches to ``variants``."""
     from fairseq_capsagg.aggregators.base import gpu_checks_only
-    from fairseq_capsagg.aggregators.fused import kernels_on_cpu
+    from fairseq_capsagg.aggregators.ops.dispatch import kernels_on_cpu
     from fairseq_capsagg.models.build import build_model, joined_dictionary, model_args
 
     torch.manual_seed(0)
@@ -265,7 +266,7 @@ def _cell(rows: Sequence[Dict[str, object]]) -> str:
 
 #: Why a kernel that spills is left as it is, by kernel.
 SPILL_NOTES: Dict[str, str] = {
-    "mhc_read_triton._backward_kernel": "the write-and-read variant spills up to 4 registers (16 B, L1-cached) at "
+    "mhc_read._backward_kernel": "the write-and-read variant spills up to 4 registers (16 B, L1-cached) at "
                                         "4 warps; at 8 warps it does not, but an SM then holds one program of 8 "
                                         "warps instead of three of 4: left for a GPU timing to decide"}
 

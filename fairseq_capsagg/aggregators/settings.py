@@ -96,3 +96,20 @@ def fill_defaults(args: Any, fields: Iterable[dataclasses.Field]) -> None:
     for f in fields:
         if getattr(args, f.name, None) is None:
             setattr(args, f.name, f.default)
+
+
+#: The implementations of ``--connection-kernels``: the fused operators where their Triton kernels run (auto), the
+#: fused operators everywhere (on a CPU: the references inside one operator each way), or the eager references.
+KERNELS = ("auto", "fused", "eager")
+
+
+@dataclasses.dataclass
+class KernelSettings(Settings):
+    """The setting of every family with fused operators."""
+
+    connection_kernels: str = setting(
+        "auto", "routing, depth attention, MUDD, hyper-connections, mHC: the routing iterations and each "
+                 "connection's weights, read and write as a few fused operators each way, a Triton kernel each "
+                 "(auto: on CUDA with Triton, the eager references elsewhere; fused: everywhere, on a CPU the "
+                 "references inside the operators) or as the eager references (eager: tens of kernels a "
+                 "connection); the same values", choices=KERNELS)

@@ -7,20 +7,9 @@ from typing import Any, Dict, List, NamedTuple, Optional, Type
 from fairseq.modules import LayerNorm
 from torch import Tensor, nn
 
-from ..aggregators import (
-    AggregationConfigError,
-    AggregationRamp,
-    LayerAggregator,
-    Settings,
-    aggregation_choices,
-    aggregator_class,
-    dense_connection_class,
-    make_aggregator,
-    make_dense_connections,
-    setting,
-    settings_classes,
-    validated_settings,
-)
+from ..aggregators import (AggregationConfigError, AggregationRamp, LayerAggregator, Settings, aggregation_choices,
+                           aggregator_class, dense_connection_class, make_aggregator, make_dense_connections, setting,
+                           settings_classes, validated_settings)
 from ..aggregators.settings import distinct_fields, flag_name
 from .dense_connections import DenseConnections, ResidualStreams
 from .warm_start import fill_missing_keys

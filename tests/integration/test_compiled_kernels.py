@@ -17,7 +17,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
 
 import compiled_kernels  # noqa: E402  (benchmarks/, on the path from tests/conftest.py)
 
-import fairseq_capsagg.aggregators  # noqa: E402
+import fairseq_capsagg.aggregators.kernels  # noqa: E402
 
 #: The targets every variant is compiled for here (the published table adds sm_89, sm_100 and sm_120).
 TARGETS = (80, 90)
@@ -29,10 +29,10 @@ def defined_kernels():
     the others are device functions)."""
     from triton.runtime import KernelInterface
 
-    package = Path(fairseq_capsagg.aggregators.__file__).parent
+    package = Path(fairseq_capsagg.aggregators.kernels.__file__).parent
     names = set()
-    for path in package.glob("*_triton.py"):
-        module = importlib.import_module(f"fairseq_capsagg.aggregators.{path.stem}")
+    for path in package.glob("[!_]*.py"):
+        module = importlib.import_module(f"fairseq_capsagg.aggregators.kernels.{path.stem}")
         names |= {f"{path.stem}.{name}" for name, value in vars(module).items()
                   if name.endswith("_kernel") and isinstance(value, KernelInterface)}
     return names

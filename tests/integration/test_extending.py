@@ -25,10 +25,11 @@ def test_the_worked_example_adds_an_aggregator(tmp_path, tiny_data_bin):
     module, import_line = worked_example()
     package = tmp_path / "fairseq_capsagg"
     shutil.copytree(USER_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
-    (package / "aggregators" / "layer_mean.py").write_text(module)
+    (package / "aggregators" / "methods" / "layer_mean.py").write_text(module)
     init = package / "aggregators" / "__init__.py"
-    init.write_text(init.read_text().replace("from .em_routing import EMRouting\n",
-                                             "from .em_routing import EMRouting\n" + import_line))
+    anchor = "from .methods.em_routing import EMRouting\n"
+    assert anchor in init.read_text()
+    init.write_text(init.read_text().replace(anchor, anchor + import_line))
     code = r'''
 import sys
 sys.path.insert(0, sys.argv[1])

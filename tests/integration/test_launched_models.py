@@ -1,5 +1,5 @@
 """Whole models through the Triton launchers a GPU runs, on the CPU: every fused family's model with its operators
-launching their Triton kernels in the interpreter (:func:`~fairseq_capsagg.aggregators.fused.kernels_on_cpu`; the
+launching their Triton kernels in the interpreter (:func:`~fairseq_capsagg.aggregators.ops.dispatch.kernels_on_cpu`; the
 registered operators' own checks, aliasing among them, run on every call) against ``--connection-kernels eager``,
 in fp32 and in bf16: one training step's logits and every gradient, and incremental decoding against the full
 forward. At shapes the kernel tests do not use: a model width that is not a power of two (24), 3 residual
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.skipif(torch.cuda.is_available(),
 
 from compiled_kernels import recorded_launches  # noqa: E402  (benchmarks/, on the path from tests/conftest.py)
 
-from fairseq_capsagg.aggregators.fused import kernels_on_cpu  # noqa: E402
+from fairseq_capsagg.aggregators.ops.dispatch import kernels_on_cpu  # noqa: E402
 from fairseq_capsagg.models.build import build_model, model_args  # noqa: E402
 from helpers import random_tokens, tiny_dictionary  # noqa: E402
 

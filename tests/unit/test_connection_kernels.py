@@ -11,17 +11,17 @@ from kernels import KernelCounter  # benchmarks/, on the path from tests/conftes
 
 from fairseq_capsagg.aggregators import (DepthAttention, DynamicRouting, EMRouting, HyperConnections,
                                          ManifoldHyperConnections, MultiwayDynamicDense, sinkhorn)
-from fairseq_capsagg.aggregators.depth_softmax import depth_softmax
-from fairseq_capsagg.aggregators.dynamic_route import dynamic_route
-from fairseq_capsagg.aggregators.em_route import em_route
-from fairseq_capsagg.aggregators.fused import runs_fused
-from fairseq_capsagg.aggregators.hyper_read import hyper_read
-from fairseq_capsagg.aggregators.input_activation import input_activation
-from fairseq_capsagg.aggregators.write_read import hyper_write_read, mhc_write_read
-from fairseq_capsagg.aggregators.mhc_read import mhc_read
-from fairseq_capsagg.aggregators.mudd_aggregate import mudd_aggregate
-from fairseq_capsagg.aggregators.sinkhorn import mhc_mix
-from fairseq_capsagg.aggregators.stream_write import stream_write
+from fairseq_capsagg.aggregators.ops.depth_softmax import depth_softmax
+from fairseq_capsagg.aggregators.ops.dynamic_route import dynamic_route
+from fairseq_capsagg.aggregators.ops.em_route import em_route
+from fairseq_capsagg.aggregators.ops.dispatch import runs_fused
+from fairseq_capsagg.aggregators.ops.hyper_read import hyper_read
+from fairseq_capsagg.aggregators.ops.input_activation import input_activation
+from fairseq_capsagg.aggregators.ops.write_read import hyper_write_read, mhc_write_read
+from fairseq_capsagg.aggregators.ops.mhc_read import mhc_read
+from fairseq_capsagg.aggregators.ops.mudd_aggregate import mudd_aggregate
+from fairseq_capsagg.aggregators.ops.sinkhorn import mhc_mix
+from fairseq_capsagg.aggregators.ops.stream_write import stream_write
 from helpers import build_tiny_model, random_tokens
 
 # the fused backward sums its products in another order than autograd's

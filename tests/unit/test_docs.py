@@ -20,7 +20,7 @@ DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
 #: A path into the repository's code as the pages write it (``tests/unit/test_docs.py``, ``examples/table1.py``).
 REPOSITORY_PATH = re.compile(r"\b(?:fairseq_capsagg|tests|examples|benchmarks|data)/[\w./-]*\.(?:py|sh)\b")
 #: docs/extending.md's worked example: the file a reader adds (tests/integration/test_extending.py writes it to a copy).
-WORKED_EXAMPLE = "fairseq_capsagg/aggregators/layer_mean.py"
+WORKED_EXAMPLE = "fairseq_capsagg/aggregators/methods/layer_mean.py"
 
 
 def block(name: str, text: str = None) -> str:

@@ -6,15 +6,10 @@ import pytest
 import torch
 from torch import nn
 
-from fairseq_capsagg.aggregators import (
-    AggregationRamp,
-    DynamicRouting,
-    EMRouting,
-    build_aggregator,
-    xavier_uniform_per_matrix_,
-)
-from fairseq_capsagg.aggregators.capsules import IDENTITY_LAYER_SHARE
-from fairseq_capsagg.aggregators.em_route import VARIANCE_FLOOR
+from fairseq_capsagg.aggregators import (AggregationRamp, DynamicRouting, EMRouting, build_aggregator,
+                                         xavier_uniform_per_matrix_)
+from fairseq_capsagg.aggregators.methods.capsules import IDENTITY_LAYER_SHARE
+from fairseq_capsagg.aggregators.numerics import VARIANCE_FLOOR
 from helpers import build_tiny_model, random_tokens
 
 L = 6

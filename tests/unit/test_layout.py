@@ -95,3 +95,47 @@ def test_the_pipelines_library_reaches_no_report_and_no_report_a_driver(path):
     upward = [(line, module) for line, module in imported_modules(path)
               if any(module.startswith(f"fairseq_capsagg.pipeline.{floor}") for floor in above)]
     assert not upward, f"{path.relative_to(PACKAGE)} imports from a floor above its own: {upward}"
+
+
+AGGREGATORS = PACKAGE / "aggregators"
+#: The modules on the aggregators' floor (beside the package's ``__init__``), which import no room of it.
+AGGREGATOR_FLOOR = sorted(p.stem for p in AGGREGATORS.glob("*.py") if p.stem != "__init__")
+#: What each room of the aggregators, and the floor, may import from the aggregators: methods use operators, which
+#: find their kernels by name (:mod:`~fairseq_capsagg.aggregators.ops.dispatch`), and kernels import only kernels
+#: and the shared numerics.
+AGGREGATOR_ROOMS = {"kernels": {"kernels", "numerics"}, "ops": {"ops", "numerics", "layer_history"},
+                    "methods": {"methods", "ops", *AGGREGATOR_FLOOR}, "floor": set(AGGREGATOR_FLOOR)}
+
+
+def aggregator_room(module: str) -> str:
+    """methods, ops, kernels or a floor module's name (the aggregators' package itself: ``__init__``)."""
+    parts = module.split(".")[2:]
+    return parts[0] if parts else "__init__"
+
+
+@pytest.mark.parametrize("path", sorted(p for p in AGGREGATORS.rglob("*.py") if p.name != "__init__.py"),
+                         ids=lambda p: str(p.relative_to(AGGREGATORS)))
+def test_kernels_import_nothing_above_them_and_operators_no_method(path):
+    parts = path.relative_to(AGGREGATORS).parts
+    own = parts[0] if len(parts) > 1 else "floor"
+    imported = [(line, module) for line, module in imported_modules(path)
+                if module.startswith("fairseq_capsagg.aggregators")]
+    upward = [(line, module) for line, module in imported if aggregator_room(module) not in AGGREGATOR_ROOMS[own]]
+    assert not upward, f"aggregators/{path.relative_to(AGGREGATORS)} imports above its room: {upward}"
+
+
+def test_each_kernel_module_is_named_after_its_operator():
+    """One name per operator from the operator to its kernels: every kernel module but the shared one has an
+    operator namesake, which the dispatch finds it by."""
+    kernels = {p.stem for p in (AGGREGATORS / "kernels").glob("*.py")} - {"__init__", "common"}
+    assert kernels and kernels <= {p.stem for p in (AGGREGATORS / "ops").glob("*.py")}
+
+
+def test_the_check_sees_a_kernel_importing_an_operator(tmp_path, monkeypatch):
+    fake = tmp_path / "fairseq_capsagg" / "aggregators" / "kernels" / "x.py"
+    fake.parent.mkdir(parents=True)
+    fake.write_text("from ..numerics import RMS_EPS\nfrom ..ops.em_route import em_route\n")
+    monkeypatch.setattr(__import__(__name__), "PACKAGE", tmp_path / "fairseq_capsagg")
+    monkeypatch.setattr(__import__(__name__), "AGGREGATORS", tmp_path / "fairseq_capsagg" / "aggregators")
+    with pytest.raises(AssertionError, match="imports above its room"):
+        test_kernels_import_nothing_above_them_and_operators_no_method(fake)

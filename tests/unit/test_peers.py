@@ -8,15 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fairseq_capsagg.aggregators import (
-    AggregationConfigError,
-    DepthAttention,
-    DepthWeightedAverage,
-    MultiwayDynamicDense,
-    aggregator_class,
-    build_aggregator,
-    build_dense_connections,
-)
+from fairseq_capsagg.aggregators import (AggregationConfigError, DepthAttention, DepthWeightedAverage,
+                                         MultiwayDynamicDense, aggregator_class, build_aggregator,
+                                         build_dense_connections)
 from fairseq_capsagg.models.aggregating_stack import AggregationPlan
 from blocks import encoder_and_embedding, randomise, reference_block
 from helpers import build_tiny_model, fixed_batch_logits, parse_model_args, random_tokens

@@ -5,19 +5,9 @@ import dataclasses
 
 import pytest
 
-from fairseq_capsagg.aggregators import (
-    AGGREGATORS,
-    AggregationConfigError,
-    LayerAggregator,
-    Settings,
-    aggregation_choices,
-    build_aggregator,
-    dense_connection_choices,
-    families,
-    register_aggregator,
-    setting,
-    settings_classes,
-)
+from fairseq_capsagg.aggregators import (AGGREGATORS, AggregationConfigError, LayerAggregator, Settings,
+                                         aggregation_choices, build_aggregator, dense_connection_choices, families,
+                                         register_aggregator, setting, settings_classes)
 from fairseq_capsagg.models import ARCHITECTURES
 from fairseq_capsagg.models.aggregating_stack import AggregationPlan
 from fairseq_capsagg.models.capsagg_transformer import aggregation_fields

@@ -8,13 +8,8 @@ from fairseq import optim
 from fairseq.optim.adam import FairseqAdamConfig
 from omegaconf import OmegaConf, open_dict
 
-from fairseq_capsagg.aggregators import (
-    AggregationConfigError,
-    HyperConnections,
-    ManifoldHyperConnections,
-    build_dense_connections,
-    sinkhorn,
-)
+from fairseq_capsagg.aggregators import (AggregationConfigError, HyperConnections, ManifoldHyperConnections,
+                                         build_dense_connections, sinkhorn)
 from fairseq_capsagg.models.aggregating_stack import AggregationPlan
 from fairseq_capsagg.patches.weight_decay import exempt_from_weight_decay
 from blocks import encoder_and_embedding, reference_block

@@ -6,7 +6,7 @@ import torch
 from routing_cases import ROUTINGS, B, D, L, T, build, layers
 
 from fairseq_capsagg.aggregators import squash
-from fairseq_capsagg.aggregators.em_route import VARIANCE_FLOOR
+from fairseq_capsagg.aggregators.numerics import VARIANCE_FLOOR
 
 
 def assert_position_matches(agg, out, t: int, b: int, omega, history) -> None:
