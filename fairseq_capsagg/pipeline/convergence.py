@@ -1,4 +1,4 @@
-"""Training to convergence, resumably: the stop rule, validation curves, checkpoint averages.
+"""Training to convergence, resumably: the stop rule, checkpoint averages, search errors.
 
 fairseq's ``--patience N`` stops a run after N validations without a better validation loss, but
 its counter lives in memory (``should_stop_early.best``): a resumed run forgets it and counts
@@ -13,7 +13,7 @@ one would.
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -106,29 +106,6 @@ def on_disk(save_dir: Path) -> Dict[str, object]:
             "best_loss": None if best_loss is None else float(best_loss)}
 
 
-_VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+) .*\| num_updates (\d+)")
-_STRETCH = re.compile(r"\| INFO \| train_inner \| (.*)$", re.M)
-_KEY_VALUE = re.compile(r"(\w+)=([-0-9.e]+)")
-
-
-def validation_curve(logs: Iterable[Path]) -> List[Dict[str, float]]:
-    """Every validation of a run's ``fairseq-train`` logs (segments in the order they ran): update,
-    loss and nll_loss in bits, one per update (a later segment's line wins, as after a resume)."""
-    by_update: Dict[int, Dict[str, float]] = {}
-    for log in logs:
-        for loss, nll, update in _VALID.findall(log.read_text(encoding="utf-8", errors="replace")):
-            by_update[int(update)] = {"update": int(update), "loss": float(loss), "nll_loss": float(nll)}
-    return [by_update[u] for u in sorted(by_update)]
-
-
-def train_stretches(logs: Iterable[Path]) -> List[Dict[str, float]]:
-    """fairseq's statistics of every ``--log-interval`` stretch in the logs (``train_inner`` lines):
-    ``ups`` (updates per second), ``gnorm`` (gradient norm before clipping), ``clip`` (per cent
-    clipped) and the rest it prints."""
-    return [{k: float(v) for k, v in _KEY_VALUE.findall(line)} for log in logs
-            for line in _STRETCH.findall(log.read_text(encoding="utf-8", errors="replace"))]
-
-
 def idle_speed(speeds: Sequence[float]) -> Optional[float]:
     """Updates per second on idle cores, estimated as the upper decile of the stretches' speeds:
     stretches that shared the CPU with other work (tests, decoding) are slower, never faster."""
@@ -184,11 +161,6 @@ def save_without_optimizer(state: Dict[str, object], out: Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     torch.save({**state, "last_optimizer_state": None}, out)
     return out
-
-
-def copy_without_optimizer(path: Path, out: Path) -> Path:
-    """``path``, a fairseq checkpoint, written to ``out`` without its optimizer state."""
-    return save_without_optimizer(_load(path), out)
 
 
 _SCORE = re.compile(r"^H-(\d+)\t(-?[0-9.]+(?:e-?\d+)?|-?inf|nan)\t")

@@ -215,54 +215,6 @@ def train(data_bin: Path, save_dir: Path, system: str, shape: str, max_update: i
     return run_logged("fairseq-train", args, log)
 
 
-_SUMMARY = re.compile(r"\| train \| epoch \d+ \|(.*)$")
-_KEY_VALUE = re.compile(r"(\w+) ([0-9.,]+)")
-
-
-def train_summary(log: Path, start_update: int = 0) -> Dict[str, float]:
-    """Training speed and gradient statistics over a whole ``fairseq-train`` log that began at
-    ``start_update``.
-
-    fairseq prints one ``| train | epoch N |`` line per epoch whose ``train_wall``,
-    ``wps``, ``gnorm`` and ``clip`` cover that epoch only, so they are summed and weighted here.
-
-    Returns:
-        num_updates (at the end), train_wall (seconds, all epochs), ups, wps, gnorm (mean gradient
-        norm before clipping) and clip (per cent of updates clipped).
-    """
-    epochs = []
-    for line in log.read_text(encoding="utf-8", errors="replace").splitlines():
-        match = _SUMMARY.search(line)
-        if match:
-            epochs.append({k: float(v.replace(",", "")) for k, v in _KEY_VALUE.findall(match.group(1))})
-    if not epochs:
-        raise RuntimeError(f"no training summary found in {log}")
-    seconds = sum(e["train_wall"] for e in epochs)
-    tokens = sum(e["wps"] * e["train_wall"] for e in epochs)
-    updates = epochs[-1]["num_updates"] - start_update
-    done = [start_update] + [e["num_updates"] for e in epochs]
-    per_epoch = [after - before for before, after in zip(done, done[1:])]
-
-    def mean_over_updates(key: str) -> float:
-        return sum(e.get(key, 0.0) * n for e, n in zip(epochs, per_epoch)) / updates if updates else 0.0
-
-    return {"num_updates": epochs[-1]["num_updates"], "train_wall": seconds,
-            "ups": updates / seconds if seconds else 0.0, "wps": tokens / seconds if seconds else 0.0,
-            "gnorm": mean_over_updates("gnorm"), "clip": mean_over_updates("clip")}
-
-
-_VALID = re.compile(r"\| valid on 'valid' subset \| loss ([0-9.]+) \| nll_loss ([0-9.]+)")
-
-
-def final_valid_loss(log: Path) -> Optional[Dict[str, float]]:
-    """The last validation of a ``fairseq-train`` log: ``loss`` and ``nll_loss`` in bits per target
-    token (fairseq's base 2); None when the log is missing or holds no validation."""
-    if not log.is_file():
-        return None
-    matches = _VALID.findall(log.read_text(encoding="utf-8", errors="replace"))
-    return {"loss": float(matches[-1][0]), "nll_loss": float(matches[-1][1])} if matches else None
-
-
 #: fairseq's default ``--required-batch-size-multiple``: a split's last, longest batch smaller than it is left
 #: out (fairseq issue #5036), which training's validation keeps and :func:`generate` turns off.
 FAIRSEQ_BATCH_MULTIPLE = 8

@@ -5,7 +5,7 @@ import argparse
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, NamedTuple, Sequence, Tuple
 
 from sacrebleu.metrics import BLEU
 
@@ -107,46 +107,68 @@ def hypothesis_file(work: Path, name: str) -> Path:
     return work / "translations" / f"{name}.txt"
 
 
-def score_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
-              checkpoint: Path, variant: str = "", tokenize: str = BLEU.TOKENIZER_DEFAULT):
-    """Decodes the test split with ``checkpoint`` and scores it with sacrebleu's ``tokenize`` (``variant``:
-    a suffix of the stage, file and log names when a row is scored with more than one checkpoint)."""
-    work = args.workdir
+@dataclass(frozen=True)
+class Decoding:
+    """What decoding and scoring a row's checkpoint needs: the binarised pair, fairseq's settings, the test
+    split's references (and their count: hypotheses are aligned by id), the validation split's (to tune the length
+    penalty) and sacrebleu's tokenisation."""
+    data_bin: Path
+    hp: Dict[str, object]
+    raw_refs: Sequence[str]
+    num_test: int
+    valid_refs: Sequence[str] = ()
+    tokenize: str = BLEU.TOKENIZER_DEFAULT
+
+
+def score_row(row: Row, args: argparse.Namespace, decoding: Decoding, stages: Stages, checkpoint: Path,
+              variant: str = "") -> Dict[str, object]:
+    """Decodes the test split with ``checkpoint`` and scores it (``variant``: a suffix of the stage, file and log
+    names when a row is scored with more than one checkpoint)."""
+    work, hp, tokenize = args.workdir, decoding.hp, decoding.tokenize
     name = f"{row.name}{variant}"
     hyp_file = hypothesis_file(work, name)
     hyp_file.parent.mkdir(parents=True, exist_ok=True)
 
     def translate():
-        speed = fairseq_runs.generate(data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{name}.log", hp)
-        hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
+        speed = fairseq_runs.generate(decoding.data_bin, checkpoint, hyp_file, work / "logs" / f"generate-{name}.log",
+                                      hp)
+        hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), decoding.num_test)
         return {"decode_sentences_per_s": speed, "untranslated_ids": missing,
-                **scoring.corpus_scores(hyps, raw_refs, tokenize),
+                **scoring.corpus_scores(hyps, decoding.raw_refs, tokenize),
                 "params": count_checkpoint_parameters(checkpoint)}
 
     return stages.run(stage_names.translate_and_score(row.name, variant), translate, hyp_file)
 
 
-def tune_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages, hp, raw_refs, num_test,
-             valid_refs, checkpoint: Path, decoded: Path, tokenize: str = BLEU.TOKENIZER_DEFAULT) -> Dict[str, object]:
-    """The row's length penalty tuned on the validation split, and its test scores decoded with it (BLEU
-    with sacrebleu's ``tokenize`` on both splits). ``decoded``: the test split already decoded from
-    ``checkpoint`` at ``hp``'s length penalty (fairseq's default unless given); when the tuning keeps that
-    value, those hypotheses are the tuned ones and the test split is not decoded again."""
-    work = args.workdir
+def tune_row(row: Row, args: argparse.Namespace, decoding: Decoding, stages: Stages, checkpoint: Path,
+             decoded: Path) -> Dict[str, object]:
+    """The row's length penalty tuned on the validation split, and its test scores decoded with it (BLEU with
+    ``decoding``'s tokenisation on both splits). ``decoded``: the test split already decoded from ``checkpoint`` at
+    ``decoding``'s length penalty (fairseq's default unless given); when the tuning keeps that value, those
+    hypotheses are the tuned ones and the test split is not decoded again."""
+    work, data_bin, hp, tokenize = args.workdir, decoding.data_bin, decoding.hp, decoding.tokenize
     hyp_file = hypothesis_file(work, f"{row.name}.lenpen")
     log = work / "logs" / f"generate-{row.name}.lenpen.log"
 
     def translate():
         tuned = length_penalty.tune(data_bin, checkpoint, args.lenpen_grid, hp, work / "translations" / "lenpen",
-                                    row.name, valid_refs, tokenize)
+                                    row.name, decoding.valid_refs, tokenize)
         if tuned["lenpen"] == hp.get("lenpen", length_penalty.FAIRSEQ_LENPEN):
             shutil.copyfile(decoded, hyp_file)
             log.write_text(f"--lenpen {length_penalty.key(tuned['lenpen'])} is the default decoding's: "
                            f"{hyp_file.name} is a copy of {decoded}\n")
         else:
             fairseq_runs.generate(data_bin, checkpoint, hyp_file, log, dict(hp, lenpen=tuned["lenpen"]))
-        hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), num_test)
-        return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, raw_refs, tokenize)}
+        hyps, missing = scoring.align_hypotheses(scoring.read_generate_output(hyp_file), decoding.num_test)
+        return {**tuned, "untranslated_ids": missing, **scoring.corpus_scores(hyps, decoding.raw_refs, tokenize)}
 
     grid = length_penalty.grid_text(args.lenpen_grid, sep=",")
     return stages.run(f"tune length penalty {row.name} over {grid}", translate, hyp_file)
+
+
+class Prepared(NamedTuple):
+    """What every table trains and scores on (the binarised pair, fairseq's settings, the references), and its
+    captions' common parts."""
+    decoding: Decoding
+    caption_head: str  # the test split and the shape
+    caption_tail: str  # the device, the beam and sacrebleu's tokenisation where not its default

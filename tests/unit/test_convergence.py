@@ -17,8 +17,9 @@ from fairseq_capsagg.pipeline.drivers import converged
 
 from fairseq_capsagg.pipeline.reports import converged_report
 
-from fairseq_capsagg.pipeline import convergence, fairseq_runs
+from fairseq_capsagg.pipeline import convergence, fairseq_runs, train_logs
 from fairseq_capsagg.pipeline.experiment import Stages
+from fairseq_capsagg.pipeline.rows import Decoding
 from helpers import TRAIN_LOG, build_tiny_model
 
 #: A validation-loss curve that improves, stalls, improves once more late, then stalls for good.
@@ -118,9 +119,9 @@ def test_curves_and_speeds_are_read_from_every_segment(tmp_path):
     first.write_text(TRAIN_LOG)
     # the resumed segment validated update 20 again (the first was killed after validating, before saving)
     resumed.write_text(TRAIN_LOG.splitlines()[3].replace("loss 9.066", "loss 9.065") + "\n")
-    curve = convergence.validation_curve([first, resumed])
+    curve = train_logs.validation_curve([first, resumed])
     assert curve == [{"update": 10, "loss": 9.336, "nll_loss": 9.201}, {"update": 20, "loss": 9.065, "nll_loss": 8.837}]
-    stretches = convergence.train_stretches([first, resumed])
+    stretches = train_logs.train_stretches([first, resumed])
     assert [s["ups"] for s in stretches] == [0.17, 0.18] and stretches[1]["lr"] == pytest.approx(1.41421e-3)
     assert stretches[0]["gnorm"] == 1.337 and stretches[0]["clip"] == 60
     assert convergence.first_reaching(curve, 9.1) == 20 and convergence.first_reaching(curve, 9.0) is None
@@ -275,7 +276,7 @@ def test_a_failed_row_is_listed_and_the_rows_after_it_still_train(tmp_path):
                               update_cap=30000, report_only=False, rows=[], warm_updates=3000, warmup=200,
                               lenpen_grid=[])
     rows = converged.converged_rows(["baseline", "dyncomb"], [])
-    table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
+    table = converged.ConvergedTable(args, Stages(tmp_path), Decoding(tmp_path / "data-bin", {}, [], 0))
     trained, reports = [], []
 
     def train(row):
@@ -301,7 +302,7 @@ def test_every_report_lists_the_rows_trained_before_this_run_whatever_their_plac
                               update_cap=30000, report_only=False, rows=["continued-dyncomb"], warm_updates=3000,
                               warmup=200, lenpen_grid=[])
     rows = converged.converged_rows(["baseline", "dyncomb"], ["baseline"])
-    table = converged.ConvergedTable(args, Stages(tmp_path), tmp_path / "data-bin", {}, [], 0, [])
+    table = converged.ConvergedTable(args, Stages(tmp_path), Decoding(tmp_path / "data-bin", {}, [], 0))
     def trained(name: str) -> None:
         table.stages.done[f"train {name}"] = {}
         table.save_dir(name).mkdir(parents=True)

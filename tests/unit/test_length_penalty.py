@@ -7,7 +7,7 @@ import pytest
 from fairseq_capsagg.analysis import scoring
 from fairseq_capsagg.pipeline import fairseq_runs, length_penalty
 from fairseq_capsagg.pipeline.experiment import MAX_LEN
-from fairseq_capsagg.pipeline.rows import Row, hypothesis_file, tune_row, tuned_table
+from fairseq_capsagg.pipeline.rows import Decoding, Row, hypothesis_file, tune_row, tuned_table
 
 
 @pytest.mark.parametrize("valid_bleu, best", [
@@ -87,8 +87,8 @@ def _tune(monkeypatch, tmp_path: Path, best: float):
     args = Namespace(workdir=tmp_path, lenpen_grid=[1.0, 2.0])
     stages = Stages(tmp_path)
     try:
-        tuned = tune_row(Row("row", "baseline", "scratch", 1, "row"), args, tmp_path, stages, {"beam": 2},
-                         REFERENCES, 2, REFERENCES, tmp_path / "m.pt", decoded)
+        decoding = Decoding(tmp_path, {"beam": 2}, REFERENCES, 2, REFERENCES)
+        tuned = tune_row(Row("row", "baseline", "scratch", 1, "row"), args, decoding, stages, tmp_path / "m.pt", decoded)
     finally:
         stages.close()
     return tuned, decodings, hypothesis_file(tmp_path, "row.lenpen")

@@ -33,9 +33,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Set
 
-from .. import convergence, fairseq_runs, provenance, stage_names
+from .. import convergence, fairseq_runs, provenance, stage_names, train_logs
 from ..experiment import Stages
-from ..rows import CONTINUED_REFERENCE, CONVERGED_REFERENCE, Row, compare, hypothesis_file, score_row, tune_row
+from ..rows import (CONTINUED_REFERENCE, CONVERGED_REFERENCE, Decoding, Row, compare, hypothesis_file, score_row,
+                    tune_row)
 from ..warm_starts import step0_losses
 
 #: Aggregators continued from the converged Transformer (the paper's protocol), in this order: the paper's
@@ -130,7 +131,7 @@ def training_record(progress: Dict[str, object], log_dir: Path, converged: bool,
     (:func:`~.convergence.on_disk`), whether the stop rule ended it, its learning rate, its idle speed,
     gradient norm and share of clipped updates from its logs in ``log_dir``, the mean load while it trained
     (the load now without samples) and ``trained_by`` (:func:`~.provenance.provenance`)."""
-    stretches = convergence.train_stretches(segment_logs(log_dir))
+    stretches = train_logs.train_stretches(segment_logs(log_dir))
     return {**progress, "converged": converged, "lr": lr,
             "idle_updates_per_s": convergence.idle_speed([s["ups"] for s in stretches]),
             "grad_norm": statistics.fmean(s["gnorm"] for s in stretches),
@@ -141,10 +142,8 @@ def training_record(progress: Dict[str, object], log_dir: Path, converged: bool,
 class ConvergedTable:
     """Trains, scores and reports the rows of the converged comparison in ``args.workdir``."""
 
-    def __init__(self, args: argparse.Namespace, stages: Stages, data_bin: Path, hp: Dict[str, object],
-                 raw_refs: Sequence[str], num_test: int, valid_refs: Sequence[str]):
-        self.args, self.stages, self.data_bin, self.hp = args, stages, data_bin, hp
-        self.raw_refs, self.num_test, self.valid_refs = raw_refs, num_test, valid_refs
+    def __init__(self, args: argparse.Namespace, stages: Stages, decoding: Decoding):
+        self.args, self.stages, self.decoding = args, stages, decoding
         self.work: Path = args.workdir
         self.rule = convergence.StopRule(args.validate_interval_updates, args.patience_updates, args.update_cap)
         self.load_log = self.work / "logs" / "load.tsv"
@@ -175,7 +174,7 @@ class ConvergedTable:
 
     def train(self, row: Row) -> Dict[str, object]:
         """Trains ``row`` (resuming) until its protocol stops it; returns what its run measured."""
-        hp = dict(self.hp, seed=row.seed)
+        hp = dict(self.decoding.hp, seed=row.seed)
         if row.protocol == "continued":
             hp.update(schedule="fixed", lr=self.continued_lr())
             target = lambda best_update: self.args.warm_updates  # noqa: E731 (a fixed number of updates)
@@ -184,7 +183,7 @@ class ConvergedTable:
         save_dir, log_dir = self.save_dir(row.name), self.log_dir(row.name)
 
         def segment(start: int, max_update: int) -> None:
-            fairseq_runs.train(self.data_bin, save_dir, row.system, self.args.shape, max_update, hp,
+            fairseq_runs.train(self.decoding.data_bin, save_dir, row.system, self.args.shape, max_update, hp,
                                log_dir / f"from-{start}.log", extra=self.row_flags(row))
 
         def run() -> Dict[str, object]:
@@ -213,8 +212,8 @@ class ConvergedTable:
         out = self.work / "translations" / f"{row.name}.score-reference.txt"
 
         def run() -> Dict[str, object]:
-            fairseq_runs.generate(self.data_bin, self.save_dir(row.name) / "checkpoint_best.pt", out,
-                                  self.work / "logs" / f"score-reference-{row.name}.log", self.hp,
+            fairseq_runs.generate(self.decoding.data_bin, self.save_dir(row.name) / "checkpoint_best.pt", out,
+                                  self.work / "logs" / f"score-reference-{row.name}.log", self.decoding.hp,
                                   extra=["--score-reference"])
             hypotheses = convergence.hypothesis_scores(hypothesis_file(self.work, row.name))
             return convergence.search_errors(hypotheses, convergence.hypothesis_scores(out))
@@ -231,23 +230,21 @@ class ConvergedTable:
             return self.stages.done.get(stage)
         systems = [s for s in CONTINUED if s in self.args.systems]
         return self.stages.run(stage, lambda: step0_losses(str(self.save_dir(REFERENCE) / "checkpoint_best.pt"),
-                                                           self.data_bin, self.args.shape, systems))
+                                                           self.decoding.data_bin, self.args.shape, systems))
 
     def evaluate(self, row: Row) -> Dict[str, object]:
         best = self.save_dir(row.name) / "checkpoint_best.pt"
-        args, refs, tokenize = self.args, (self.raw_refs, self.num_test), self.args.sacrebleu_tokenize
+        args = self.args
         result = {**self.stages.done[stage_names.train(row.name)], **asdict(row),
-                  **score_row(row, args, self.data_bin, self.stages, self.hp, *refs, checkpoint=best,
-                              tokenize=tokenize),
-                  "curve": convergence.validation_curve(segment_logs(self.log_dir(row.name))),
+                  **score_row(row, args, self.decoding, self.stages, best),
+                  "curve": train_logs.validation_curve(segment_logs(self.log_dir(row.name))),
                   "checkpoint": str(best)}
-        result["average"] = {**score_row(row, args, self.data_bin, self.stages, self.hp, *refs,
-                                         checkpoint=self.average(row), variant=".average", tokenize=tokenize),
+        result["average"] = {**score_row(row, args, self.decoding, self.stages, self.average(row), ".average"),
                              **self.stages.done[stage_names.average(row.name)]}
         result["references"] = self.score_references(row)
         if args.lenpen_grid:
-            result["tuned"] = tune_row(row, args, self.data_bin, self.stages, self.hp, *refs, self.valid_refs, best,
-                                       hypothesis_file(args.workdir, row.name), tokenize)
+            result["tuned"] = tune_row(row, args, self.decoding, self.stages, best,
+                                       hypothesis_file(args.workdir, row.name))
         return result
 
     def run(self, rows: List[Row], report: Callable[[Dict[str, Dict[str, object]]], None]) -> None:
@@ -295,7 +292,7 @@ class ConvergedTable:
 
     def compared(self, rows: List[Row], results: Dict[str, Dict[str, object]]) -> Dict[str, Dict[str, object]]:
         """``results`` with every row compared with its reference: best checkpoints, averages, tuned."""
-        refs = (self.raw_refs, self.num_test, self.args.sacrebleu_tokenize)
+        refs = (self.decoding.raw_refs, self.decoding.num_test, self.decoding.tokenize)
         compare(rows, results, lambda name: hypothesis_file(self.work, name), *refs)
         averaged = {name: res["average"] for name, res in results.items()}
         compare(rows, averaged, lambda name: hypothesis_file(self.work, f"{name}.average"), *refs)

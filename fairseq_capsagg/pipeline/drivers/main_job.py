@@ -24,11 +24,11 @@ from sacrebleu.metrics import BLEU
 
 from ...analysis import scoring
 from .. import corpus as corpus_mod
-from .. import fairseq_runs, provenance, stage_names, subwords
+from .. import fairseq_runs, provenance, stage_names, subwords, train_logs
 from ..data import prepare_data, references, unpack_corpus
 from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from ..reports import report
-from ..rows import Row, compare, hypothesis_file, score_row
+from ..rows import Decoding, Row, compare, hypothesis_file, score_row
 from ..warm_starts import step0_losses
 
 
@@ -115,7 +115,7 @@ def train_row(setup: Setup, name: str, system: str, max_update: int, extra: Sequ
             fairseq_runs.continue_from(start_from, save_dir)
         fairseq_runs.train(setup.data_bin, save_dir, system, setup.shape, max_update, setup.hp, log,
                            extra=[*extra, *(setup.model_args if system != fairseq_runs.BASELINE else [])])
-        summary = fairseq_runs.train_summary(log, start_update)
+        summary = train_logs.train_summary(log, start_update)
         # fairseq's train_wall covers this process only: earlier_seconds adds what came before
         return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
                 "target_tokens_per_s": summary["wps"], "train_seconds": earlier_seconds + summary["train_wall"]}
@@ -193,9 +193,9 @@ def main(argv=None) -> int:
     raw_refs, num_test = references(work, corpus_dir, args.subwords, args.target_lang)
     tokenize = args.sacrebleu_tokenize
     rows = [Row(name, row["system"], "scratch", args.seed, args.systems[0]) for name, row in results.items()]
+    decoding = Decoding(data_bin, hp, raw_refs, num_test, tokenize=tokenize)
     for row in rows:
-        results[row.name].update(score_row(row, args, data_bin, stages, hp, raw_refs, num_test,
-                                           Path(results[row.name]["checkpoint"]), tokenize=tokenize))
+        results[row.name].update(score_row(row, args, decoding, stages, Path(results[row.name]["checkpoint"])))
     print("[main-job] significance ...", flush=True)
     compare(rows, results, lambda name: hypothesis_file(work, name), raw_refs, num_test, tokenize,
             details=False)

@@ -26,7 +26,7 @@ attention over depth, MUDD), all from scratch against the same baseline rows:
 Transformer of the paper's table (rows shared): which width learns (:func:`.table1_rows.capsule_rows`).
 
 ``--table converged`` (:mod:`.converged`): the Transformer to convergence, the paper's protocol from it,
-every system from scratch to convergence. ``--table compute-equivalence``: systems from
+every system from scratch to convergence. ``--table compute-equivalence`` (:mod:`.compute_equivalence`): systems from
 scratch for a fixed budget, placed on the validation curves of published converged Transformers (:mod:`..equivalence`).
 
     python examples/table1.py                         # every row, ~9 h on 2 CPU cores
@@ -52,21 +52,21 @@ import os
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, NamedTuple
+from typing import Dict, List
 
 from sacrebleu.metrics import BLEU
 
 from ...analysis import scoring
 from .. import corpus as corpus_mod
-from .. import equivalence, fairseq_runs, provenance, stage_names
+from .. import equivalence, fairseq_runs, provenance, stage_names, train_logs
 from ..data import prepare_data, references, unpack_corpus
 from ..experiment import Stages, WorkdirError, add_setup_flags, apply_quick, hparams, open_workdir
 from ..reports import converged_report, equivalence_report, publish, report
 from ..reports.table1_report import format_tables
-from ..rows import Row, compare, hypothesis_file, score_row, tune_row
+from ..rows import Decoding, Prepared, Row, compare, hypothesis_file, score_row, tune_row
 from ..subwords import VocabularyTooSmall
 from ..warm_starts import step0_losses
-from . import converged
+from . import compute_equivalence, converged
 from .table1_rows import (EQUIVALENCE_SYSTEMS, capsule_rows, equivalence_rows, peer_rows, read_speed_ratios,
                           speed_ratios_by_device, table_rows)
 
@@ -336,24 +336,13 @@ def train_row(row: Row, args: argparse.Namespace, data_bin: Path, stages: Stages
     def run():
         fairseq_runs.train(data_bin, save_dir, row.system, args.shape, max_update, dict(hp, seed=row.seed), log,
                            extra=row_flags(row, args, baseline))
-        summary = fairseq_runs.train_summary(log)
+        summary = train_logs.train_summary(log)
         return {"updates": int(summary["num_updates"]), "updates_per_s": summary["ups"],
                 "target_tokens_per_s": summary["wps"], "train_seconds": summary["train_wall"],
                 "grad_norm": summary["gnorm"], "clip_percent": summary["clip"],
                 "load_average": os.getloadavg()[2], **provenance.provenance(args.gpu)}
 
     return stages.run(stage_names.train(row.name), run, save_dir / "checkpoint_last.pt")
-
-
-class Prepared(NamedTuple):
-    """What every table trains and scores on: the binarised pair, fairseq's settings and the test references."""
-    data_bin: Path
-    hp: Dict[str, object]
-    raw_refs: List[str]
-    num_test: int
-    valid_refs: List[str]
-    caption_head: str  # the test split and the shape
-    caption_tail: str  # the device, the beam and sacrebleu's tokenisation where not its default
 
 
 def main(argv=None) -> int:
@@ -372,7 +361,7 @@ def main(argv=None) -> int:
     if args.table == "converged":
         return run_converged(args, stages, prepared, rows)
     if args.table == "compute-equivalence":
-        return run_equivalence(args, stages, prepared, rows)
+        return compute_equivalence.run(args, stages, prepared, rows, table_stem(args), config_of(args))
     run_table(args, stages, prepared, rows)
     return 0
 
@@ -391,7 +380,7 @@ def prepare(args: argparse.Namespace, stages: Stages, corpus_dir: Path, corpus_n
                   f"{', --quick subset' if args.quick else ''})")
     tokenize = args.sacrebleu_tokenize
     bleu_signature = "" if tokenize == BLEU.TOKENIZER_DEFAULT else f" BLEU tokenised with sacrebleu's {tokenize}."
-    return Prepared(data_bin, hp, raw_refs, num_test, valid_refs, f"{test_split}; shape {args.shape}",
+    return Prepared(Decoding(data_bin, hp, raw_refs, num_test, valid_refs, tokenize), f"{test_split}; shape {args.shape}",
                     f"{provenance.device_name(args.gpu)}; beam {args.beam}.{bleu_signature}")
 
 
@@ -400,8 +389,7 @@ def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, 
     (:mod:`.converged_report`) after each; 1 if a row failed."""
     caption = (f"{prepared.caption_head}; <= {args.max_tokens} tokens per update; lr {args.lr}, warm-up "
                f"{args.warmup}, inverse square root; {prepared.caption_tail}")
-    comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
-                                          prepared.num_test, prepared.valid_refs)
+    comparison = converged.ConvergedTable(args, stages, prepared.decoding)
 
     stem = table_stem(args)
 
@@ -420,55 +408,19 @@ def run_converged(args: argparse.Namespace, stages: Stages, prepared: Prepared, 
     return 1 if comparison.failures else 0
 
 
-def run_equivalence(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> int:
-    """``--table compute-equivalence``: trains every row from scratch to ``--update-cap`` (:mod:`.converged`'s
-    training and scoring), placing each on the reference curves (:mod:`.equivalence`) after each; 1 if a row
-    failed."""
-    head = (f"{prepared.caption_head}; from scratch, {args.update_cap} updates of <= {args.max_tokens} tokens; lr "
-            f"{args.lr}, warm-up {args.warmup}, inverse square root; validation every "
-            f"{args.validate_interval_updates} updates")
-    comparison = converged.ConvergedTable(args, stages, prepared.data_bin, prepared.hp, prepared.raw_refs,
-                                          prepared.num_test, prepared.valid_refs)
-    stem = table_stem(args)
-    points = equivalence.checkpoints(args.update_cap, args.validate_interval_updates)
-
-    def report_equivalence(results: Dict[str, Dict[str, object]]) -> None:
-        kept = {name: res for name, res in args.published_results.items() if name not in results}
-        results = {**kept, **results}
-        devices: Dict[str, List[str]] = {}  # rows kept from another machine name theirs
-        for name, res in results.items():
-            devices.setdefault(str(res.get("device", provenance.device_name(args.gpu))), []).append(name)
-        where = "; ".join(device if len(devices) == 1 else f"{device} for {', '.join(names)}"
-                          for device, names in devices.items()) or provenance.device_name(args.gpu)
-        caption = f"{head}; {prepared.caption_tail.replace(provenance.device_name(args.gpu), where, 1)}"
-        table = equivalence_report.compute(rows, results, args.reference_curves, points, args.speed_ratios)
-        payload = {"caption": caption, "config": config_of(args), "rows": [asdict(r) for r in rows],
-                   "results": results, "failures": comparison.failures, "compute_equivalence": table,
-                   "speed_json": [str(path) for path in args.speed_json]}
-        figure = args.workdir / f"{stem}.png"
-        equivalence_report.plot(table, figure)
-        publish.write_outputs(args, stem, equivalence_report.format_tables(rows, results, table, caption), payload,
-                              [figure], device_suffix=False)
-
-    comparison.run(rows, report_equivalence)
-    return 1 if comparison.failures else 0
-
-
 def trained_result(row: Row, args: argparse.Namespace, stages: Stages, prepared: Prepared) -> Dict[str, object]:
     """A trained row's result: its training record, its scores from its last checkpoint (and, with
     ``--lenpen-grid``, with the length penalty tuned on the validation split), its settings and final
     validation loss."""
     checkpoint = args.workdir / "checkpoints" / row.name / "checkpoint_last.pt"
     result = {**stages.done[stage_names.train(row.name)],
-              **score_row(row, args, prepared.data_bin, stages, prepared.hp, prepared.raw_refs, prepared.num_test,
-                          checkpoint=checkpoint, tokenize=args.sacrebleu_tokenize),
+              **score_row(row, args, prepared.decoding, stages, checkpoint),
               **asdict(row),
-              "valid": fairseq_runs.final_valid_loss(args.workdir / "logs" / f"train-{row.name}.log"),
+              "valid": train_logs.final_valid_loss(args.workdir / "logs" / f"train-{row.name}.log"),
               "checkpoint": str(checkpoint)}
     if args.lenpen_grid:
-        result["tuned"] = tune_row(row, args, prepared.data_bin, stages, prepared.hp, prepared.raw_refs,
-                                   prepared.num_test, prepared.valid_refs, checkpoint,
-                                   hypothesis_file(args.workdir, row.name), args.sacrebleu_tokenize)
+        result["tuned"] = tune_row(row, args, prepared.decoding, stages, checkpoint,
+                                   hypothesis_file(args.workdir, row.name))
     return result
 
 
@@ -485,18 +437,18 @@ def kept_published(published: Results, results: Results) -> Results:
 def run_table(args: argparse.Namespace, stages: Stages, prepared: Prepared, rows: List[Row]) -> None:
     """``--table paper`` or ``peers``: trains the rows asked for and not trained yet, scores every trained row
     and writes the table."""
-    work, tokenize = args.workdir, args.sacrebleu_tokenize
-    data_bin, hp, raw_refs, num_test = prepared.data_bin, prepared.hp, prepared.raw_refs, prepared.num_test
+    work, decoding = args.workdir, prepared.decoding
+    data_bin, refs = decoding.data_bin, (decoding.raw_refs, decoding.num_test, decoding.tokenize)
     results: Dict[str, Dict[str, object]] = {}
     for row in rows:
         done = stage_names.translate_and_score(row.name) in stages.done
         if not args.report_only and (not args.rows or row.name in args.rows) and not done:
-            stages.done[stage_names.train(row.name)] = train_row(row, args, data_bin, stages, hp)
+            stages.done[stage_names.train(row.name)] = train_row(row, args, data_bin, stages, decoding.hp)
         if stage_names.train(row.name) in stages.done:
             results[row.name] = trained_result(row, args, stages, prepared)
-    compare(rows, results, lambda name: hypothesis_file(work, name), raw_refs, num_test, tokenize)
+    compare(rows, results, lambda name: hypothesis_file(work, name), *refs)
     tuned = {name: res["tuned"] for name, res in results.items() if "tuned" in res}
-    compare(rows, tuned, lambda name: hypothesis_file(work, f"{name}.lenpen"), raw_refs, num_test, tokenize)
+    compare(rows, tuned, lambda name: hypothesis_file(work, f"{name}.lenpen"), *refs)
     results = {**kept_published(args.published_results, results), **results}
     step0 = None
     if args.table == "paper" and "scratch-baseline-s1" in results:
