@@ -10,8 +10,11 @@ row's compute-equivalence in updates (above 1: the Transformer needs more update
 the row's training speed over the Transformer's on the machine the row trained on (``--speed-json``, one file per
 machine) it is the equivalence in seconds.
 
-The noise of that ratio is the Transformer placed on its own other run's curve (each run against each other,
-:func:`noise_band`): a method converges faster only where its ratios against every run lie above that band.
+The noise of that ratio is measured twice. The Transformer's run-to-run band (:func:`noise_band`): each
+converged run placed on the other's curve, which is the same setup rerun, not another seed. The seed band
+(:func:`seed_band`): the Transformer trained from scratch in this table with other seeds than the converged runs',
+placed on their curves like every row. With seeds, a method saves updates only where every seed of it, against
+every run, lies above every Transformer seed (:func:`seed_summary`).
 """
 
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -106,3 +109,36 @@ def slower(point: Dict[str, object], band: Dict[int, Tuple[float, float]]) -> Op
     if point["updates_ratio"] is None or point["update"] not in band:
         return None
     return point["updates_ratio"][1] < band[point["update"]][0]
+
+
+def seed_band(measured: Dict[str, List[Dict[str, object]]], transformer_rows: Sequence[str],
+              points: Sequence[int]) -> Dict[int, Tuple[float, float]]:
+    """At each of ``points``, the lowest and highest ratio of the Transformer's own seed rows (``measured``: each
+    row's :func:`row_equivalence`) against every reference run: the Transformer's seed spread (empty without a
+    measured seed row)."""
+    band = {}
+    for index, update in enumerate(points):
+        spans = [measured[name][index]["updates_ratio"] for name in transformer_rows if name in measured]
+        spans = [span for span in spans if span is not None]
+        if spans:
+            band[update] = (min(low for low, _ in spans), max(high for _, high in spans))
+    return band
+
+
+def seed_summary(measured: Dict[str, List[Dict[str, object]]], seeds: Dict[str, int], points: Sequence[int],
+                 band: Dict[int, Tuple[float, float]]) -> List[Dict[str, object]]:
+    """One system's ratio over its seed rows (``seeds``: row name -> seed; ``measured`` as in :func:`seed_band`) at
+    each of ``points``: each seed's span over the reference runs, the mean over seeds of each span's middle, the
+    span over every seed and run, and whether that whole span lies above (``above``) or below (``below``) the seed
+    ``band`` (None without a band there or a seed not measured there)."""
+    out = []
+    for index, update in enumerate(points):
+        spans = {seed: measured[name][index]["updates_ratio"] for name, seed in seeds.items() if name in measured}
+        complete = bool(spans) and all(span is not None for span in spans.values())
+        whole = [min(s[0] for s in spans.values()), max(s[1] for s in spans.values())] if complete else None
+        mean = sum((s[0] + s[1]) / 2 for s in spans.values()) / len(spans) if complete else None
+        bounds = band.get(update)
+        out.append({"update": update, "seeds": {str(seed): span for seed, span in spans.items()}, "mean": mean,
+                    "span": whole, "above": None if whole is None or bounds is None else whole[0] > bounds[1],
+                    "below": None if whole is None or bounds is None else whole[1] < bounds[0]})
+    return out

@@ -45,7 +45,61 @@ def test_a_row_is_faster_only_above_the_transformers_band_against_every_run():
     assert equivalence.row_equivalence(row, references, [2000], None)[0]["updates_ratio"] is None  # not validated
 
 
-def test_the_rows_are_one_per_system_from_scratch():
-    rows = equivalence_rows(["hc", "baseline", "mudd"])
-    assert [r.name for r in rows] == ["scratch-baseline-s1", "scratch-hc-s1", "scratch-mudd-s1"]
-    assert {r.protocol for r in rows} == {"converged"} and {r.reference for r in rows} == {"scratch-baseline-s1"}
+def test_the_rows_are_the_transformers_other_seeds_then_each_system_and_the_second_seeds():
+    rows = equivalence_rows(["hc", "baseline", "mudd"], second_seed=["mudd"])
+    assert [r.name for r in rows] == ["scratch-baseline-s2", "scratch-baseline-s3", "scratch-hc-s1", "scratch-mudd-s1",
+                                      "scratch-mudd-s2"]
+    assert [r.seed for r in rows] == [2, 3, 1, 1, 2]
+    assert {r.protocol for r in rows} == {"converged"} and {r.reference for r in rows} == {"scratch-baseline-s2"}
+    assert [r.name for r in equivalence_rows(["hc"])] == ["scratch-hc-s1"]
+
+
+def _points(*spans):
+    """A row's measured points at 1,000 and 2,000 updates with these ratio spans (None: not validated there)."""
+    return [{"update": u, "updates_ratio": None if s is None else list(s)} for u, s in zip((1000, 2000), spans)]
+
+
+def test_the_seed_band_spans_the_transformers_seed_rows_against_every_run():
+    measured = {"scratch-baseline-s2": _points((0.97, 1.01), (0.99, 1.02)),
+                "scratch-baseline-s3": _points((1.02, 1.04), None), "scratch-hc-s1": _points((1.3, 1.4), (1.2, 1.3))}
+    band = equivalence.seed_band(measured, ["scratch-baseline-s2", "scratch-baseline-s3", "absent"], [1000, 2000])
+    assert band == {1000: (0.97, 1.04), 2000: (0.99, 1.02)}
+    assert equivalence.seed_band(measured, [], [1000, 2000]) == {}
+
+
+def test_a_system_saves_updates_only_when_every_seed_is_above_every_transformer_seed():
+    band = {1000: (0.97, 1.04), 2000: (0.99, 1.02)}
+    measured = {"scratch-hc-s1": _points((1.3, 1.4), (1.2, 1.3)), "scratch-hc-s2": _points((1.0, 1.1), (1.1, 1.2))}
+    summary = equivalence.seed_summary(measured, {"scratch-hc-s1": 1, "scratch-hc-s2": 2}, [1000, 2000], band)
+    first, last = summary
+    assert first["seeds"] == {"1": [1.3, 1.4], "2": [1.0, 1.1]} and first["span"] == [1.0, 1.4]
+    assert first["mean"] == pytest.approx((1.35 + 1.05) / 2)
+    assert (first["above"], first["below"]) == (False, False)  # seed 2 inside the band against one run
+    assert (last["above"], last["below"]) == (True, False) and last["mean"] == pytest.approx(1.2)
+    slow = equivalence.seed_summary({"scratch-dwa-s1": _points((0.8, 0.9), None)}, {"scratch-dwa-s1": 1},
+                                    [1000, 2000], band)
+    assert (slow[0]["above"], slow[0]["below"]) == (False, True)
+    assert slow[1]["mean"] is None and slow[1]["above"] is None  # not validated there
+    assert equivalence.seed_summary(measured, {"scratch-hc-s1": 1}, [1000, 2000], {})[1]["above"] is None  # no band
+
+
+def test_the_table_reads_each_system_over_its_seeds_beside_the_transformers_seeds():
+    from fairseq_capsagg.pipeline.reports import equivalence_report
+
+    references = {"run1": CURVE, "run2": [{"update": p["update"], "loss": p["loss"] + 0.1} for p in CURVE]}
+    rows = equivalence_rows(["baseline", "hc"], second_seed=["hc"])
+    losses = {"scratch-baseline-s2": 7.05, "scratch-baseline-s3": 6.95, "scratch-hc-s1": 6.5, "scratch-hc-s2": 6.55}
+    bleus = {"scratch-baseline-s2": 20.0, "scratch-baseline-s3": 20.4, "scratch-hc-s1": 21.0, "scratch-hc-s2": 20.6}
+    results = {name: {"curve": [{"update": 1000, "loss": loss}], "bleu": bleus[name], "average": {"bleu": bleus[name] + 0.1},
+                      "stopped_at": 1000, "best_loss": loss, "chrf": 50.0, "length_ratio": 1.0}
+               for name, loss in losses.items()}
+    table = equivalence_report.compute(rows, results, references, [1000], {})
+    band = table["seed_band"]["1000"]
+    transformer = [table["rows"][f"scratch-baseline-s{seed}"][0]["updates_ratio"] for seed in (2, 3)]
+    assert band == [min(t[0] for t in transformer), max(t[1] for t in transformer)]
+    (hc,) = table["systems"]["hc"]
+    assert set(hc["seeds"]) == {"1", "2"} and hc["above"] is True and hc["span"][0] > band[1]
+    text = equivalence_report.format_body(rows, results, table)
+    assert "| Transformer (seed band) | 2, 3 | " in text and "| 20.20 (20.00-20.40) | 20.30 (20.10-20.50) |" in text
+    assert f"| + Hyper-connections | 1, 2 | {hc['mean']:.2f} (" in text
+    assert "| saves updates | 20.80 (20.60-21.00) | 20.90 (20.70-21.10) |" in text

@@ -145,3 +145,19 @@ def test_the_cli_writes_its_block_and_names_a_missing_flag(published, tmp_path, 
     with pytest.raises(SystemExit):
         cli_main(["glance", "--converged", str(converged[0])])
     assert "--one-epoch: required" in capsys.readouterr().err
+
+
+def test_with_the_transformers_seeds_the_cell_is_the_mean_over_seeds_against_the_seed_band(published):
+    one_epoch, converged, equivalence = published
+    payload = json.loads(equivalence.read_text())
+    last = {"update": 2000, "seeds": {"1": [1.10, 1.12], "2": [1.05, 1.09]}, "mean": 1.09, "span": [1.05, 1.12],
+            "above": True, "below": False}
+    payload["compute_equivalence"].update(seed_band={"2000": [0.96, 1.03]},
+                                          systems={"hc": [dict(last, update=1000), last]})
+    publish(equivalence, payload)
+    assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == \
+        "1.09 (1.05-1.12, 2 seeds), above"
+    payload["compute_equivalence"]["systems"]["hc"][-1].update(above=False, seeds={"1": [1.10, 1.12]})
+    publish(equivalence, payload)
+    assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == \
+        "1.09 (1.05-1.12, 1 seed), within"

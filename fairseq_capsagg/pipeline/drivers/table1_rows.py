@@ -82,11 +82,21 @@ def peer_rows(systems: List[str], second_seed: List[str], max_update: int,
 EQUIVALENCE_SYSTEMS = ("hc", "dyncomb", "mudd", "emrouting", "dwa", "dlcl")
 
 
-def equivalence_rows(systems: Sequence[str]) -> List[Row]:
-    """The compute-equivalence table: one row from scratch per system (``protocol`` "converged": trained by the
-    stop rule, there a fixed budget), the Transformer first where it is asked for, every row read against it."""
-    ordered = [s for s in systems if s == "baseline"] + [s for s in systems if s != "baseline"]
-    return [Row(f"scratch-{s}-s1", s, "converged", 1, "scratch-baseline-s1") for s in ordered]
+#: The seeds of the Transformer's rows in the compute-equivalence table: other than the converged runs' (seed 1),
+#: whose curves every row is placed on, so that the Transformer's own ratios are its seed band.
+EQUIVALENCE_TRANSFORMER_SEEDS = (2, 3)
+
+
+def equivalence_rows(systems: Sequence[str], second_seed: Sequence[str] = ()) -> List[Row]:
+    """The compute-equivalence table, rows from scratch (``protocol`` "converged": trained by the stop rule, there
+    a fixed budget): the Transformer at :data:`EQUIVALENCE_TRANSFORMER_SEEDS` first where it is asked for, then
+    seed 1 of every other system, then seed 2 of those in ``second_seed``; every row's test scores read against
+    the Transformer's first seed here."""
+    reference = f"scratch-baseline-s{EQUIVALENCE_TRANSFORMER_SEEDS[0]}"
+    seeds = [("baseline", seed) for seed in EQUIVALENCE_TRANSFORMER_SEEDS if "baseline" in systems]
+    others = [s for s in systems if s != "baseline"]
+    seeds += [(s, 1) for s in others] + [(s, 2) for s in others if s in second_seed]
+    return [Row(f"scratch-{s}-s{seed}", s, "converged", seed, reference) for s, seed in seeds]
 
 
 def measured_speed_ratios(path: Path, shape: str) -> Dict[str, float]:

@@ -38,7 +38,9 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
             speed_ratios: Dict[str, Dict[str, object]]) -> Dict[str, object]:
     """Every trained row's :func:`~.equivalence.row_equivalence` with its verdict per point, and the noise band;
     its seconds from the training-speed ratio measured on the device the row trained on (``speed_ratios``: by
-    device, as :func:`~..drivers.table1_rows.speed_ratios_by_device` reads them; none there: no seconds)."""
+    device, as :func:`~..drivers.table1_rows.speed_ratios_by_device` reads them; none there: no seconds). Then the
+    Transformer's seed band (its rows here, :func:`~.equivalence.seed_band`) and each other system over its seeds
+    (:func:`~.equivalence.seed_summary`)."""
     band = equivalence.noise_band(references, points)
     out = {"points": list(points), "references": list(references), "noise_band": {str(u): list(b) for u, b in band.items()},
            "speed_ratios": speed_ratios, "rows": {}}
@@ -49,6 +51,15 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
         for point in measured:
             point["faster"] = equivalence.faster(point, band)
         out["rows"][row.name] = measured
+    transformer = [r.name for r in rows if r.system == fairseq_runs.BASELINE]
+    seeds = equivalence.seed_band(out["rows"], transformer, points)
+    out["seed_band"] = {str(u): list(b) for u, b in seeds.items()}
+    systems: Dict[str, Dict[str, int]] = {}
+    for row in rows:
+        if row.system != fairseq_runs.BASELINE and row.name in out["rows"]:
+            systems.setdefault(row.system, {})[row.name] = row.seed
+    out["systems"] = {system: equivalence.seed_summary(out["rows"], by_name, points, seeds)
+                      for system, by_name in systems.items()}
     return out
 
 
@@ -93,6 +104,7 @@ def format_body(rows: List[Row], results: Results, table: Dict[str, object]) -> 
             out.append(f"| {row.name} | {fairseq_runs.label(row.system)} | {point['update']:,} | {loss} | {reached} "
                        f"| {span(point['updates_ratio'])} | {span(point['seconds_ratio'])} | {noise} "
                        f"| {_verdict(point['faster'])} |")
+    out += seeds_section(rows, results, table)
     out += ["", "Test split at the last update (best checkpoint, beam search):", "",
             "| row | updates | best valid loss | BLEU | chrF | length ratio | last 5 averaged: BLEU |",
             "|---|---:|---:|---:|---:|---:|---:|"]
@@ -101,6 +113,51 @@ def format_body(rows: List[Row], results: Results, table: Dict[str, object]) -> 
         out.append(f"| {row.name} | {res['stopped_at']:,} | {res['best_loss']:.3f} | {res['bleu']:.2f} "
                    f"| {res['chrf']:.2f} | {res['length_ratio']:.3f} | {res['average']['bleu']:.2f} |")
     return "\n".join(out) + "\n"
+
+
+def spread(values: Sequence[float], digits: int = 2) -> str:
+    """``20.41 (20.12-20.70)``: the mean of ``values`` and their range; one value alone; "–" without any."""
+    if not values:
+        return "–"
+    mean = f"{sum(values) / len(values):.{digits}f}"
+    low, high = f"{min(values):.{digits}f}", f"{max(values):.{digits}f}"
+    return mean if low == high else f"{mean} ({low}-{high})"
+
+
+def seeds_section(rows: List[Row], results: Results, table: Dict[str, object]) -> List[str]:
+    """Each system over its seeds against the Transformer's seed band at every point, with the verdict at the last
+    and the test BLEU of the seeds at the last update beside the Transformer seeds' (none in a table without the
+    seed summary)."""
+    if "systems" not in table:
+        return []
+    points = table["points"]
+    band = {int(u): b for u, b in table["seed_band"].items()}
+    transformer = [r for r in rows if r.system == fairseq_runs.BASELINE and r.name in results]
+
+    def bleu(names: List[str], key: Optional[str] = None) -> str:
+        return spread([(results[n][key] if key else results[n])["bleu"] for n in names if n in results])
+
+    names = ", ".join(f"`{r.name}`" for r in transformer) or "none trained yet"
+    head = " | ".join(f"{u:,}" for u in points)
+    out = ["", f"Over seeds: each system's ratio (mean of its seeds, in brackets the span over every seed and run) "
+           f"against the Transformer's seed band (the Transformer's own rows here, seeds other than the runs': "
+           f"{names}). Saves updates: every seed against every run above every Transformer seed (below: under it; "
+           "within: neither). Test BLEU at the last update over the seeds (best checkpoint; last 5 averaged).", "",
+           f"| model | seeds | {head} | at {points[-1]:,} | BLEU | BLEU, averaged |",
+           "|---|---|" + "---:|" * len(points) + "---|---:|---:|"]
+    seeds = ", ".join(str(r.seed) for r in transformer)
+    cells = " | ".join(span(band.get(u)) for u in points)
+    out.append(f"| {fairseq_runs.label(fairseq_runs.BASELINE)} (seed band) | {seeds or '–'} | {cells} | – "
+               f"| {bleu([r.name for r in transformer])} | {bleu([r.name for r in transformer], 'average')} |")
+    for system, measured in table["systems"].items():
+        own = [r for r in rows if r.system == system and r.name in results]
+        cells = " | ".join("–" if p["mean"] is None else f"{p['mean']:.2f} ({span(p['span'])})" for p in measured)
+        last = measured[-1]
+        verdict = ("–" if last["above"] is None else "saves updates" if last["above"]
+                   else "costs updates" if last["below"] else "within")
+        out.append(f"| {fairseq_runs.label(system)} | {', '.join(str(r.seed) for r in own)} | {cells} | {verdict} "
+                   f"| {bleu([r.name for r in own])} | {bleu([r.name for r in own], 'average')} |")
+    return out
 
 
 def plot(table: Dict[str, object], path: Path) -> None:

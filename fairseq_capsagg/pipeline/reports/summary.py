@@ -105,11 +105,16 @@ def converged_cells(tables: List[Tuple[str, Table]], header_bleu: float) -> Dict
 
 
 def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
-    """Each system's compute-equivalence at its last point, the span over the Transformer runs, and whether it
-    lies above, within or below the Transformer's own band (``1.31-1.42, above``)."""
+    """Each system's compute-equivalence at its last point: with the Transformer's seeds measured, its mean over
+    its seeds, the span over every seed and run, and whether that span lies above, within or below the seed band
+    (``1.25 (1.20-1.31, 2 seeds), above``); without, the span of its one row over the Transformer runs against the
+    runs' own band (``1.31-1.42, above``)."""
     if table is None:
         return {}
     measured = table["compute_equivalence"]
+    if measured.get("seed_band"):
+        return {(system, ""): seed_cell(points[-1]) for system, points in measured["systems"].items()
+                if points[-1]["mean"] is not None}
     band = {int(u): b for u, b in measured["noise_band"].items()}
     cells = {}
     for row in table["rows"]:
@@ -121,6 +126,14 @@ def equivalence_cells(table: Optional[Table]) -> Dict[Tuple[str, str], str]:
         verdict = "" if faster is None else ", above" if faster else ", below" if slower else ", within"
         cells[(row["system"], "")] = span(last["updates_ratio"]) + verdict
     return cells
+
+
+def seed_cell(point: Dict[str, object]) -> str:
+    """One system's point of :func:`~..equivalence.seed_summary` as a glance cell."""
+    verdict = ("" if point["above"] is None else ", above" if point["above"] else ", below" if point["below"]
+               else ", within")
+    count = len(point["seeds"])
+    return f"{point['mean']:.2f} ({span(point['span'])}, {count} seed{'s' if count > 1 else ''}){verdict}"
 
 
 def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Table]]) -> str:
