@@ -43,7 +43,7 @@ def prepare_data(work: Path, corpus_dir: Path, pair: Pair, method: str, size: in
         learnt = subwords.learn(model, corpus_dir, pair, size, max_sentences=20000 if quick else 1_000_000,
                                 grow_to_fit=quick)
         if learnt != size:
-            print(f"[main-job] --quick: {size} subwords cannot hold this corpus' characters; learnt {learnt}, "
+            print(f"[{stages.label}] --quick: {size} subwords cannot hold this corpus' characters; learnt {learnt}, "
                   "sentencepiece's smallest vocabulary for them", flush=True)
         limits = QUICK_LIMITS if quick else None
         return {**subwords.encode_corpus(model, corpus_dir, pair, encoded, max_train_tokens, limits),

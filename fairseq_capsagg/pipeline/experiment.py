@@ -105,7 +105,9 @@ class Stages:
     when the process ends): two writers of stages.json would each drop what the other recorded.
     """
 
-    def __init__(self, workdir: Path):
+    def __init__(self, workdir: Path, label: str = "main-job"):
+        #: The driver's name, before every line it prints.
+        self.label = label
         self._lock = open(workdir / "stages.lock", "a+")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -127,23 +129,23 @@ class Stages:
 
     def run(self, name: str, fn, *outputs: Path):
         if name in self.done and all(p.exists() for p in outputs):
-            print(f"[main-job] {name}: done already, skipped", flush=True)
+            print(f"[{self.label}] {name}: done already, skipped", flush=True)
             return self.done[name]
-        print(f"[main-job] {name} ...", flush=True)
+        print(f"[{self.label}] {name} ...", flush=True)
         start = time.time()
         result = fn()
         self.done[name] = result
         self.path.write_text(json.dumps(self.done, indent=2))
-        print(f"[main-job] {name}: finished in {time.time() - start:.0f}s", flush=True)
+        print(f"[{self.label}] {name}: finished in {time.time() - start:.0f}s", flush=True)
         return result
 
 
-def open_workdir(workdir: Path, config: Dict[str, object]) -> Stages:
+def open_workdir(workdir: Path, config: Dict[str, object], label: str = "main-job") -> Stages:
     """The stages of ``workdir`` for this process, once the work directory is checked to hold results of
-    ``config`` only and no other run owns it.
+    ``config`` only and no other run owns it; ``label``: the driver, as its lines name it.
 
     Raises:
         WorkdirError: :class:`ConfigMismatch` or :class:`WorkdirBusy`.
     """
     check_workdir(workdir, config)
-    return Stages(workdir)
+    return Stages(workdir, label)

@@ -98,7 +98,7 @@ def test_the_converged_table_lists_pending_rows_and_publishes_its_curves(quick_c
     assert (publish / "converged-curves.png").stat().st_size > 10_000
     again = table1("--quick", "--table", "converged", "--workdir", str(workdir), "--rows", CONVERGED_ROWS,
                    "--publish", str(tmp_path), *LENPEN)
-    assert "[main-job] train continued-baseline ..." not in again.stdout
+    assert "[table1] train continued-baseline ..." not in again.stdout
     assert (tmp_path / "converged-cpu.md").read_text() == table
 
 
@@ -137,7 +137,7 @@ def test_compute_equivalence_rows_train_to_the_cap_and_are_placed_on_the_referen
     result = table1("--quick", "--table", "compute-equivalence", "--systems", "dwa", "--workdir",
                     str(tmp_path / "work"), "--reference-curve", str(runs[0]), "--reference-curve", str(runs[1]),
                     *speeds, "--publish", str(tmp_path / "out"))
-    assert "[main-job] train scratch-dwa-s1 ..." in result.stdout
+    assert "[table1] train scratch-dwa-s1 ..." in result.stdout
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
         "compute-equivalence.json", "compute-equivalence.md", "compute-equivalence.png"]
     payload = json.loads((tmp_path / "out" / "compute-equivalence.json").read_text())

@@ -117,8 +117,8 @@ def test_warm_started_dense_connections_begin_at_the_baselines_loss(quick_table)
 
 def test_finished_rows_are_not_trained_again(quick_table, tmp_path):
     result = table1("--quick", "--workdir", str(quick_table), "--rows", ROWS, "--publish", str(tmp_path), *LENPEN)
-    assert "[main-job] train warm-emrouting ..." not in result.stdout
-    assert "[main-job] tune length penalty warm-emrouting over 1,2 ..." not in result.stdout
+    assert "[table1] train warm-emrouting ..." not in result.stdout
+    assert "[table1] tune length penalty warm-emrouting over 1,2 ..." not in result.stdout
     assert (tmp_path / "table1-cpu.md").read_text() == (quick_table / "table1.md").read_text()
 
 
@@ -130,7 +130,7 @@ def test_peers_share_the_baseline_and_train_for_equal_wall_clock(quick_table, tm
                                           for s, r in ratios.items()]}))
     result = table1("--quick", "--workdir", str(quick_table), "--table", "peers", "--speed-json", str(speed),
                     "--rows", "scratch-dwa-s1,time-dwa-s1", "--publish", str(tmp_path), "--lenpen-grid", "")
-    assert "[main-job] train scratch-baseline-s1 ..." not in result.stdout  # shared with Table 1
+    assert "[table1] train scratch-baseline-s1 ..." not in result.stdout  # shared with Table 1
     payload = json.loads((tmp_path / "peers-cpu.json").read_text())
     results = payload["results"]
     assert set(results) == {"scratch-baseline-s1", "scratch-dwa-s1", "time-dwa-s1"}

@@ -351,7 +351,7 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     work = args.workdir
     try:
-        stages = open_workdir(work, config_of(args))
+        stages = open_workdir(work, config_of(args), "table1")
         # the pair's bundled corpus (by default the paper's Table 1 task, En->De), in sentencepiece subwords
         tarball = corpus_mod.bundled_corpus(args.pair)
         corpus_dir = unpack_corpus(tarball, work / "corpus", args.pair, stages)
