@@ -19,9 +19,10 @@ from .base import LayerAggregator, NonFiniteAggregationError
 from .initialisation import xavier_uniform_per_matrix_
 from .numerics import squash
 from .ramp import AggregationRamp
-from .registry import (AGGREGATORS, aggregation_choices, aggregator_class, build_aggregator, build_dense_connections,
-                       dense_connection_choices, dense_connection_class, families, family_class, register_aggregator,
-                       make_aggregator, make_dense_connections, settings_classes, validated_settings)
+from .registry import (AGGREGATORS, aggregation_choices, aggregator_class, architecture_defaults, build_aggregator,
+                       build_dense_connections, dense_connection_choices, dense_connection_class, families,
+                       family_class, make_aggregator, make_dense_connections, register_aggregator, settings_classes,
+                       validated_settings)
 from .settings import AggregationConfigError, Settings, setting
 
 # the aggregators, in the order of the choices
@@ -66,6 +67,7 @@ __all__ = [
     "Settings",
     "TopLayer",
     "aggregation_choices",
+    "architecture_defaults",
     "aggregator_class",
     "build_aggregator",
     "build_dense_connections",

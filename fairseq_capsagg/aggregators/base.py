@@ -1,7 +1,7 @@
 """The interface every layer aggregator implements."""
 
 import contextlib
-from typing import ClassVar, Iterator, List, Optional, Tuple, Type, Union
+from typing import Any, ClassVar, Dict, Iterator, List, Optional, Tuple, Type, Union
 
 import torch
 from torch import Tensor, nn
@@ -71,6 +71,9 @@ class LayerAggregator(nn.Module):
     placements: ClassVar[Tuple[str, ...]] = ("output",)
     #: The placement of its ``transformer_{family}_{shape}`` architectures.
     architecture_placement: ClassVar[str] = "output"
+    #: Settings its architectures give other values than the flags' defaults (a flag shared with another family
+    #: keeps one default; the command line still overrides them).
+    architecture_settings: ClassVar[Dict[str, Any]] = {}
     #: :meth:`aggregate` reads the layers stacked depth first, (L, T, B, C): a weighted sum over
     #: depth is then one contiguous reduction (about 2.5x faster on CPU than over (T, B, L, C)).
     depth_first: ClassVar[bool] = False

@@ -15,13 +15,17 @@ def register_aggregator(cls: A) -> A:
     """Class decorator: makes ``cls`` a value of ``--{encoder,decoder}-aggregation``.
 
     Raises:
-        ValueError: the name or family is taken, or its settings redefine another's flag.
+        ValueError: the name or family is taken, its settings redefine another's flag, or its architectures set
+            a setting it does not have.
     """
     if cls.name in AGGREGATORS:
         raise ValueError(f"aggregator name {cls.name!r} is registered twice")
     if cls.family and cls.family in families():
         raise ValueError(f"aggregator family {cls.family!r} is registered twice")
     distinct_fields([*settings_classes(), cls.Settings])  # same flag, same meaning
+    unknown = set(cls.architecture_settings) - {f.name for f in cls.Settings.fields()}
+    if unknown:
+        raise ValueError(f"{cls.__name__}.architecture_settings: {sorted(unknown)} are not its settings")
     AGGREGATORS[cls.name] = cls
     return cls
 
@@ -61,6 +65,13 @@ def dense_connection_class(name: str) -> Type[LayerAggregator]:
 def family_class(family: str) -> Type[LayerAggregator]:
     """The class whose architectures are ``transformer_{family}_{shape}``."""
     return AGGREGATORS[families()[family]]
+
+
+def architecture_defaults(family: str) -> Dict[str, Any]:
+    """Every setting of ``family``'s aggregator as its ``transformer_{family}_{shape}`` architectures set it: the
+    flags' defaults, but where the class's ``architecture_settings`` say otherwise."""
+    cls = family_class(family)
+    return {f.name: cls.architecture_settings.get(f.name, f.default) for f in cls.Settings.fields()}
 
 
 def settings_classes() -> List[Type[Settings]]:

@@ -99,6 +99,9 @@ def _make_architecture(family: str, shape: Callable) -> Callable:
     pre_norm = getattr(cls, "needs_pre_norm", False)  # residual streams: every shape is pre-norm
 
     def architecture(args) -> None:
+        for key, value in cls.architecture_settings.items():
+            if getattr(args, key, None) is None:
+                setattr(args, key, value)
         for side in ("encoder", "decoder"):
             setattr(args, f"{side}_{flag}", getattr(args, f"{side}_{flag}", cls.name))
             if pre_norm:

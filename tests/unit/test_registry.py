@@ -6,10 +6,12 @@ import dataclasses
 import pytest
 
 from fairseq_capsagg.aggregators import (AGGREGATORS, AggregationConfigError, LayerAggregator, Settings,
-                                         aggregation_choices, build_aggregator, dense_connection_choices, families,
+                                         aggregation_choices, architecture_defaults, build_aggregator,
+                                         dense_connection_choices, families,
                                          register_aggregator, setting, settings_classes)
 from fairseq_capsagg.models import ARCHITECTURES
 from fairseq_capsagg.models.aggregating_stack import AggregationPlan
+from fairseq_capsagg.models.build import model_args
 from fairseq_capsagg.models.capsagg_transformer import aggregation_fields
 from helpers import build_tiny_model, parse_model_args
 
@@ -78,3 +80,27 @@ def test_names_and_flags_are_registered_once():
     with pytest.raises(ValueError, match="--routing-iters is defined twice"):
         register_aggregator(Other)
     assert AGGREGATORS["linear"] is taken and "other-clashing" not in AGGREGATORS
+
+
+def test_an_architecture_sets_its_familys_settings_a_flag_away(monkeypatch):
+    """A family's architectures may give a shared flag another value than its default (dynamic routing's capsule
+    count, not EM routing's); the command line still wins, and other families keep the flag's default."""
+    routing = AGGREGATORS["dynamic-routing"]
+    monkeypatch.setattr(routing, "architecture_settings", {"output_capsules": 4})
+
+    def capsules(arch, *flags):
+        return model_args(arch, list(flags), data="unused-data").output_capsules
+
+    assert capsules("transformer_dynrouting_small") == 4
+    assert capsules("transformer_dynrouting_small", "--output-capsules", "2") == 2
+    assert capsules("transformer_emrouting_small") is None  # d, the flag's default
+    assert architecture_defaults("dynrouting")["output_capsules"] == 4
+    assert architecture_defaults("emrouting")["output_capsules"] is None
+
+    class Misnamed(LayerAggregator):
+        name = "misnamed"
+        architecture_settings = {"output_capsule": 4}
+
+    with pytest.raises(ValueError, match=r"architecture_settings: \['output_capsule'\] are not its settings"):
+        register_aggregator(Misnamed)
+    assert "misnamed" not in AGGREGATORS

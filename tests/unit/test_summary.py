@@ -161,3 +161,26 @@ def test_with_the_transformers_seeds_the_cell_is_the_mean_over_seeds_against_the
     publish(equivalence, payload)
     assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == \
         "1.09 (1.05-1.12, 1 seed), within"
+
+
+def test_a_row_naming_the_architectures_defaults_stands_for_the_method_over_one_trained_without_flags(
+        published, tmp_path, monkeypatch):
+    """Dynamic routing's rows without flags ran the capsule count of their day (N = d); once its architectures
+    use N = 4, the capsule table's row that names N = 4 is the method's cell, and the other widths stay ablations."""
+    from fairseq_capsagg.aggregators import AGGREGATORS
+
+    one_epoch, converged, equivalence = published
+    payload = json.loads(one_epoch[0].read_text())
+    payload["rows"].append(row("scratch-dynrouting-s1", "dynrouting", "scratch", 1, "scratch-baseline-s1"))
+    payload["results"]["scratch-dynrouting-s1"] = scored(0.0, -7.42, 0.001)
+    publish(one_epoch[0], payload)
+    capsules = publish(tmp_path / "dynrouting-capsules-cpu.json", {"config": ONE_EPOCH, "rows": [
+        row("scratch-baseline-s1", "baseline", "scratch", 1, "scratch-baseline-s1"),
+        *(row(f"scratch-dynrouting-n{n}-s1", "dynrouting", "scratch", 1, "scratch-baseline-s1",
+              ("--output-capsules", str(n), "--routing-softmax", "output")) for n in (4, 8))],
+        "results": {"scratch-baseline-s1": scored(7.44), "scratch-dynrouting-n4-s1": scored(3.0, -4.44, 0.001),
+                    "scratch-dynrouting-n8-s1": scored(2.04, -5.40, 0.001)}})
+    sources = [*one_epoch, capsules]
+    assert cells(glance_table(sources, converged, equivalence))["Dynamic Routing"][0] == "−7.42†"
+    monkeypatch.setattr(AGGREGATORS["dynamic-routing"], "architecture_settings", {"output_capsules": 4})
+    assert cells(glance_table(sources, converged, equivalence))["Dynamic Routing"][0] == "−4.44† vs 7.44"

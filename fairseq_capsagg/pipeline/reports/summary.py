@@ -19,6 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ...analysis.scoring import significance_mark
 from ...tools.markdown_block import write_block
+from ...aggregators import architecture_defaults
 from .. import equivalence, fairseq_runs
 from ..rows import published_rows
 from .equivalence_report import format_body, span
@@ -35,10 +36,22 @@ def read(paths: Sequence[Path]) -> List[Tuple[str, Table]]:
     return [(str(path), json.loads(Path(path).read_text())) for path in paths]
 
 
+def names_architecture_defaults(row: Dict[str, object]) -> bool:
+    """Whether the row's flags only set what its system's architectures set today (``--output-capsules 8`` once
+    dynamic routing's architectures use 8): the method as a user gets it, named explicitly."""
+    flags = row["flags"]
+    if not flags or len(flags) % 2 or row["system"] == fairseq_runs.BASELINE:
+        return False
+    defaults = architecture_defaults(row["system"])
+    return all(flag.startswith("--") and flag[2:].replace("-", "_") in defaults
+               and str(defaults[flag[2:].replace("-", "_")]) == value for flag, value in zip(flags[::2], flags[1::2]))
+
+
 def method_of(row: Dict[str, object]) -> Optional[Tuple[str, str]]:
-    """(system, variant) of a row that measures a method; None for an ablation that is not one."""
+    """(system, variant) of a row that measures a method (its defaults, or an ablation kept as a method); None for
+    an ablation that is not one."""
     flags = tuple(row["flags"])
-    if flags and flags not in METHOD_FLAGS:
+    if flags and flags not in METHOD_FLAGS and not names_architecture_defaults(row):
         return None
     return row["system"], METHOD_FLAGS.get(flags, "")
 
@@ -76,8 +89,10 @@ def against(cell: str, reference_bleu: float, header_bleu: float) -> str:
 
 def one_epoch_cells(tables: List[Tuple[str, Table]], header_bleu: float) -> Dict[Tuple[str, str], str]:
     """Each method's ΔBLEU from scratch (both seeds where two were trained: ``+2.96† / +3.11†``), against its own
-    table's Transformer (:func:`against`)."""
-    cells: Dict[Tuple[str, str], List[Tuple[int, str]]] = {}
+    table's Transformer (:func:`against`). Rows that name the architectures' current defaults
+    (:func:`names_architecture_defaults`) stand for their method in place of rows trained without flags, which ran
+    the defaults of their day."""
+    cells: Dict[Tuple[str, str], List[Tuple[bool, int, str]]] = {}
     seen = set()
     by_source = dict(tables)
     for source, row, result in scored_rows(tables, "scratch"):
@@ -86,8 +101,13 @@ def one_epoch_cells(tables: List[Tuple[str, Table]], header_bleu: float) -> Dict
             continue
         seen.add(row["name"])
         reference = by_source[source]["results"][row["reference"]]["bleu"]
-        cells.setdefault(method, []).append((row["seed"], against(delta(result), reference, header_bleu)))
-    return {method: " / ".join(cell for _, cell in sorted(found)) for method, found in cells.items()}
+        cells.setdefault(method, []).append((names_architecture_defaults(row), row["seed"],
+                                             against(delta(result), reference, header_bleu)))
+    out = {}
+    for method, found in cells.items():
+        named = any(explicit for explicit, _, _ in found)
+        out[method] = " / ".join(cell for explicit, _, cell in sorted(found) if explicit or not named)
+    return out
 
 
 def converged_cells(tables: List[Tuple[str, Table]], header_bleu: float) -> Dict[Tuple[str, str], str]:
