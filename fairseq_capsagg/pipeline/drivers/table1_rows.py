@@ -47,7 +47,7 @@ def table_rows(systems: List[str], second_seed: List[str]) -> List[Row]:
 
 
 #: The output capsules N of the capsule-width table at ``small`` (d 128: capsules of width 16 down to 2).
-SWEEP_CAPSULES = (4, 8, 16, 32, 64)
+SWEEP_CAPSULES = (2, 4, 8, 16, 32, 64)
 
 
 def capsule_rows() -> List[Row]:
