@@ -77,12 +77,16 @@ def distinct_fields(settings_classes: Iterable[Type[Settings]]) -> List[dataclas
     return list(seen.values())
 
 
-def add_flags(parser: argparse.ArgumentParser, fields: Iterable[dataclasses.Field]) -> None:
-    """Adds one flag per field, with no argparse default (fairseq's architectures fill them in)."""
+def add_flags(parser: argparse.ArgumentParser, fields: Iterable[dataclasses.Field],
+              architecture_values: Optional[Mapping[str, str]] = None) -> None:
+    """Adds one flag per field, with no argparse default (fairseq's architectures fill them in); a field some
+    architectures set otherwise says so after its default (``architecture_values``: the text by field name)."""
     for f in fields:
         kind = typing.get_args(f.type)[0] if typing.get_origin(f.type) is Union else f.type
         default = f"default: {f.default}" if f.default is not None else ""
         help_text = f.metadata["help"] + (f" ({default})" if default and kind is not bool else "")
+        if architecture_values and f.name in architecture_values:
+            help_text += f" ({architecture_values[f.name]})"
         if kind is bool:
             parser.add_argument(flag_name(f.name), action="store_true", help=help_text)
         elif f.metadata["choices"]:

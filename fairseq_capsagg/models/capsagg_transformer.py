@@ -3,7 +3,7 @@
 from fairseq.models import register_model
 from fairseq.models.transformer import TransformerModel, base_architecture
 
-from ..aggregators import aggregation_choices, dense_connection_choices, settings_classes
+from ..aggregators import aggregation_choices, dense_connection_choices, families, family_class, settings_classes
 from ..aggregators.settings import add_flags, distinct_fields, fill_defaults
 from .aggregating_stack import AggregationPlan, StackSettings
 from .decoder import CapsAggTransformerDecoder
@@ -13,6 +13,16 @@ from .encoder import CapsAggTransformerEncoder
 def aggregation_fields():
     """The fields of every aggregation flag: the stacks' and each registered aggregator's."""
     return distinct_fields([StackSettings, *settings_classes()])
+
+
+def architecture_values():
+    """Per setting, the families whose architectures set it otherwise than its flag's default, as its help says
+    so (``transformer_dynrouting_* architectures: 4``)."""
+    values = {}
+    for family in families():
+        for name, value in family_class(family).architecture_settings.items():
+            values.setdefault(name, []).append(f"transformer_{family}_* architectures: {value}")
+    return {name: "; ".join(texts) for name, texts in values.items()}
 
 
 @register_model("capsagg_transformer")
@@ -35,7 +45,7 @@ class CapsAggTransformerModel(TransformerModel):
             parser.add_argument(f"--{side}-dense-connections", choices=dense,
                                 help=f"what every {side} block reads instead of the block below it: an aggregate "
                                      f"of the embedding and all earlier blocks ({', '.join(dense)})")
-        add_flags(parser, aggregation_fields())
+        add_flags(parser, aggregation_fields(), architecture_values())
 
     @classmethod
     def build_model(cls, args, task):

@@ -10,6 +10,8 @@
   (with :mod:`fairseq_capsagg.input_repair`).
 * :mod:`.resumable_batches`: a training resumed from a checkpoint in a later epoch draws the batches the
   uninterrupted training draws (fairseq draws them again with the epoch it resumes in).
+* :mod:`.trained_settings`: a checkpoint saved before its architecture set a setting loads with the value it
+  was trained with.
 * :mod:`.weight_decay`: parameters marked ``no_weight_decay`` (the residual streams' static weights)
   get no weight decay.
 
@@ -22,6 +24,7 @@ from .durable_checkpoints import install_atomic_checkpoint_copies
 from .interactive_guard import install_interactive_guard
 from .resumable_batches import install_resumable_batches
 from .safe_checkpoints import allow_fairseq_checkpoint_globals
+from .trained_settings import install_trained_settings
 from .weight_decay import install_weight_decay_exemptions
 
 
@@ -32,4 +35,5 @@ def install() -> None:
     allow_fairseq_checkpoint_globals()
     install_interactive_guard()
     install_resumable_batches()
+    install_trained_settings()
     install_weight_decay_exemptions()

@@ -133,3 +133,21 @@ def test_interactive_constraints_keep_their_tab_separated_fields(vanilla_checkpo
     assert "H-2" in hypotheses
     # the one line with empty fields is named once
     assert len(re.findall(r"input line 2 \(H-1\): empty tab-separated fields removed", result.stderr)) == 1
+
+
+def test_a_dynamic_routing_checkpoint_saved_before_its_architectures_set_the_capsules_keeps_n_equal_d(
+        tiny_data_bin, tmp_path):
+    """Its arguments leave --output-capsules unset (N = d then); fairseq runs today's architecture on them when
+    it loads the model, which would give it today's N: it loads with the N = d it was trained with."""
+    train(tiny_data_bin, tmp_path, "transformer_dynrouting_small", shape=VANILLA_TINY)
+    saved = tmp_path / "checkpoint_last.pt"
+    state = torch.load(saved, weights_only=False)
+    today = state["cfg"]["model"].output_capsules
+    assert today == family_class("dynrouting").architecture_settings["output_capsules"] != 32
+    (models,), _ = checkpoint_utils.load_model_ensemble([str(saved)], arg_overrides={"data": str(tiny_data_bin)})
+    assert models.encoder.aggregator.output_capsules == today
+    state["cfg"]["model"].output_capsules = None  # as saved before the architectures set it
+    old = tmp_path / "saved-before.pt"
+    torch.save(state, old)
+    (models,), _ = checkpoint_utils.load_model_ensemble([str(old)], arg_overrides={"data": str(tiny_data_bin)})
+    assert models.encoder.aggregator.output_capsules == models.decoder.aggregator.output_capsules == 32  # d
