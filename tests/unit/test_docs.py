@@ -212,3 +212,6 @@ def test_the_headline_bullets_quote_the_published_numbers():
     assert f"{min(continued):+.2f} to {max(continued):+.2f} BLEU".replace("-", "−") in bullets
     em = [published("table1-cpu.json")["results"][f"scratch-emrouting-s{seed}"]["delta_bleu"] for seed in (1, 2)]
     assert f"loses {-max(em):.1f}-{-min(em):.1f}" in bullets
+    capsules = published("dynrouting-capsules-cpu.json")["results"]
+    routed, unrouted = (-capsules[f"scratch-dynrouting-n{n}-s1"]["delta_bleu"] for n in (2, 1))
+    assert f"dynamic routing {routed:.1f} at its N = 2 capsules ({unrouted:.1f} at N = 1" in bullets
