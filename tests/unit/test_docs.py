@@ -103,6 +103,32 @@ def test_local_links_point_at_files(page):
     assert not missing, missing
 
 
+def heading_anchors(page) -> set:
+    """The anchors GitHub gives a page's headings: lower case, punctuation dropped, each space a hyphen."""
+    headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+
+
+def missing_anchors(page, text: str) -> list:
+    """The links of ``text`` (``page``'s) to a section (``results.md#the-main-job-make-demo``) that no heading of
+    the page they name has."""
+    links = re.findall(r"\]\(([^)\s]*)#([^)\s]+)\)", text)
+    return [f"{target}#{anchor}" for target, anchor in links if not target.startswith("http")
+            and anchor not in heading_anchors(page.parent / target if target else page)]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_local_links_point_at_headings(page):
+    assert not missing_anchors(page, page.read_text(encoding="utf-8"))
+
+
+def test_a_link_to_a_section_that_is_not_there_is_caught():
+    text = README.read_text(encoding="utf-8")
+    assert "results.md#the-main-job-make-demo)" in text
+    assert missing_anchors(README, text.replace("results.md#the-main-job-make-demo)", "results.md#the-main-job)")) \
+        == ["docs/results.md#the-main-job"]
+
+
 @pytest.mark.parametrize("page", [*DOCS, *sorted((ROOT / "tests" / "data").rglob("README.md"))],
                          ids=lambda p: str(p.relative_to(ROOT)))
 def test_the_files_a_page_names_exist(page):
