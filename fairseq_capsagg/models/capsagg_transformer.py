@@ -17,7 +17,7 @@ def aggregation_fields():
 
 def architecture_values():
     """Per setting, the families whose architectures set it otherwise than its flag's default, as its help says
-    so (``transformer_dynrouting_* architectures: 4``)."""
+    so (``transformer_dynrouting_* architectures: 2``)."""
     values = {}
     for family in families():
         for name, value in family_class(family).architecture_settings.items():

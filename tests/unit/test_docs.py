@@ -2,6 +2,7 @@
 generated tables (``make tables``) are what the published JSON say, the flags table is the parser's, and every local
 link and every file of the repository they name exists."""
 
+import functools
 import json
 import re
 import shlex
@@ -103,10 +104,11 @@ def test_local_links_point_at_files(page):
     assert not missing, missing
 
 
-def heading_anchors(page) -> set:
+@functools.lru_cache(maxsize=None)
+def heading_anchors(page) -> frozenset:
     """The anchors GitHub gives a page's headings: lower case, punctuation dropped, each space a hyphen."""
     headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    return {re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings}
+    return frozenset(re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-") for heading in headings)
 
 
 def missing_anchors(page, text: str) -> list:
@@ -114,7 +116,7 @@ def missing_anchors(page, text: str) -> list:
     the page they name has."""
     links = re.findall(r"\]\(([^)\s]*)#([^)\s]+)\)", text)
     return [f"{target}#{anchor}" for target, anchor in links if not target.startswith("http")
-            and anchor not in heading_anchors(page.parent / target if target else page)]
+            and anchor not in heading_anchors((page.parent / target).resolve() if target else page)]
 
 
 @pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)

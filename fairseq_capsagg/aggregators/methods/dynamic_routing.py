@@ -54,9 +54,9 @@ class DynamicRouting(CapsuleRouting):
     family = "dynrouting"
     label = "Dynamic Routing"
     Settings = DynamicRoutingSettings
-    #: Its architectures route to N = 2 output capsules of width d/2: the width that learns best of those measured
-    #: one epoch from scratch (docs/results/dynrouting-capsules-cpu.md: validation loss 7.341 bits at N = 2, 7.672
-    #: at 4, 7.854 at 8, 10.83 at the flag's default N = d, where the model does not learn). EM routing keeps N = d.
+    #: Its architectures route to N = 2 output capsules of width d/2: of the widths measured one epoch from scratch
+    #: (docs/results/dynrouting-capsules-cpu.md), the best at which routing still routes (at N = 1 the softmax over
+    #: one capsule routes nothing; at the flag's default N = d the model does not learn). EM routing keeps N = d.
     architecture_settings = {"output_capsules": 2}
 
     @classmethod
