@@ -243,3 +243,29 @@ def test_the_headline_bullets_quote_the_published_numbers():
     capsules = published("dynrouting-capsules-cpu.json")["results"]
     routed, unrouted = (-capsules[f"scratch-dynrouting-n{n}-s1"]["delta_bleu"] for n in (2, 1))
     assert f"dynamic routing {routed:.1f} at its N = 2 capsules ({unrouted:.1f} at N = 1" in bullets
+
+
+def documented_commands(program: str):
+    """The README's commands of ``program`` under "Running the experiments", continuation lines joined, comments
+    dropped, each as its arguments."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("## Running the experiments"):]
+    commands = section[section.index("```bash") + len("```bash"):section.index("```", section.index("```bash") + 7)]
+    joined = re.sub(r"\\\n\s*", " ", commands)
+    for line in joined.splitlines():
+        argv = shlex.split(line.split("#")[0])
+        if argv[:1] == [program]:
+            yield argv[1:]
+
+
+def test_the_documented_table_commands_parse(monkeypatch):
+    """Every ``capsagg-table1`` command the README shows is one the driver takes as written, from the repository's
+    root (the published files it names are read): its flags, its table's rows and the files it names."""
+    from fairseq_capsagg.pipeline.drivers import table1
+
+    monkeypatch.chdir(ROOT)
+    commands = list(documented_commands("capsagg-table1"))
+    assert any("compute-equivalence" in argv for argv in commands)
+    for argv in commands:
+        args = table1.parse_args(argv)
+        assert set(args.rows) <= {row.name for row in table1.rows_of(args)}, argv

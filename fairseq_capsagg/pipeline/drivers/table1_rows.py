@@ -79,9 +79,9 @@ def peer_rows(systems: List[str], second_seed: List[str], max_update: int,
     return rows
 
 
-#: The compute-equivalence table's systems, in this order: the one-epoch winners first (hyper-connections, the
-#: dynamic combination, MUDD), then the paper's EM routing, then the rest of the dense peers.
-EQUIVALENCE_SYSTEMS = ("hc", "dyncomb", "mudd", "emrouting", "dwa", "dlcl")
+#: The compute-equivalence table's systems, in this order: the Transformer (its seed rows), the one-epoch winners
+#: (hyper-connections, the dynamic combination, MUDD), then the paper's EM routing, then the rest of the dense peers.
+EQUIVALENCE_SYSTEMS = ("baseline", "hc", "dyncomb", "mudd", "emrouting", "dwa", "dlcl")
 
 
 #: The seeds of the Transformer's rows in the compute-equivalence table: other than the converged runs' (seed 1),
