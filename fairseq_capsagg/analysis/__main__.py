@@ -5,7 +5,10 @@ import json
 import sys
 
 from ..aggregators import families
-from . import agreement, depth_weights, length, sweep
+from ..tools.extras import require_extra
+
+require_extra("python -m fairseq_capsagg.analysis")
+from . import agreement, depth_weights, length, sweep  # noqa: E402 (after the check: they plot with matplotlib)
 
 
 def add_model_on_split_args(p: argparse.ArgumentParser, checkpoint_help: str) -> None:

@@ -7,7 +7,6 @@ from typing import Dict, List
 import torch
 
 from ..aggregators import CapsuleRouting, EMRouting
-from .plotting import plot_heatmaps
 from .statistics import agreement_diversity, agreement_entropy
 
 
@@ -117,6 +116,7 @@ def run(args) -> Dict[str, object]:
     from fairseq import checkpoint_utils
 
     from ..user_dir import USER_DIR
+    from .plotting import plot_heatmaps  # matplotlib is the experiments' extra: capsagg-health reads routing without it
 
     models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task(
         [str(args.path)], arg_overrides={"data": str(args.data), "user_dir": USER_DIR})
