@@ -161,6 +161,10 @@ def test_with_the_transformers_seeds_the_cell_is_the_mean_over_seeds_against_the
     publish(equivalence, payload)
     assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == \
         "1.09 (1.05-1.12, 1 seed), within"
+    payload["compute_equivalence"]["systems"]["hc"][-1].update(mean=1.231, span=[1.228, 1.234])
+    publish(equivalence, payload)
+    assert cells(glance_table(one_epoch, converged, equivalence))["Hyper-connections"][2] == \
+        "1.23 (1 seed), within"
 
 
 def test_a_row_naming_the_architectures_defaults_stands_for_the_method_over_one_trained_without_flags(

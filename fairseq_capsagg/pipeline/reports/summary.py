@@ -153,7 +153,9 @@ def seed_cell(point: Dict[str, object]) -> str:
     verdict = ("" if point["above"] is None else ", above" if point["above"] else ", below" if point["below"]
                else ", within")
     count = len(point["seeds"])
-    return f"{point['mean']:.2f} ({span(point['span'])}, {count} seed{'s' if count > 1 else ''}){verdict}"
+    mean, spread = f"{point['mean']:.2f}", span(point["span"])
+    spread = "" if spread == mean else f"{spread}, "  # one seed whose runs agree: its span is its mean
+    return f"{mean} ({spread}{count} seed{'s' if count > 1 else ''}){verdict}"
 
 
 def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Table]]) -> str:
