@@ -167,6 +167,20 @@ def test_with_the_transformers_seeds_the_cell_is_the_mean_over_seeds_against_the
         "1.23 (1 seed), within"
 
 
+def test_the_noise_line_names_the_transformers_seed_band_from_scratch(published):
+    """The Transformer's own seeds trained in the compute-equivalence table: where they lie on the curves the methods
+    are read on, beside the other protocols' noise."""
+    one_epoch, converged, equivalence = published
+    assert "seed band" not in glance_table(one_epoch, converged, equivalence)
+    payload = json.loads(equivalence.read_text())
+    payload["rows"].append(row("scratch-baseline-s2", "baseline", "converged", 2, "scratch-baseline-s2"))
+    payload["compute_equivalence"]["rows"]["scratch-baseline-s2"] = []
+    payload["compute_equivalence"].update(seed_band={"1000": [0.88, 0.88], "2000": [0.904, 0.912]}, systems={})
+    publish(equivalence, payload)
+    assert ("; from scratch, those runs need 0.90-0.91x the updates of its seed 2 to reach its validation loss at "
+            "2,000 (compute-equivalence's seed band).") in glance_table(one_epoch, converged, equivalence)
+
+
 def test_a_row_naming_the_architectures_defaults_stands_for_the_method_over_one_trained_without_flags(
         published, tmp_path, monkeypatch):
     """Dynamic routing's rows without flags ran the capsule count of their day (N = d); once its architectures

@@ -158,8 +158,11 @@ def seed_cell(point: Dict[str, object]) -> str:
     return f"{mean} ({spread}{count} seed{'s' if count > 1 else ''}){verdict}"
 
 
-def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Table]]) -> str:
-    """The Transformer's own noise: its second seed in each protocol, and its converged runs' BLEU side by side."""
+def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Table]],
+               equivalence_table: Optional[Table] = None) -> str:
+    """The Transformer's own noise: its second seed in each protocol, its converged runs' BLEU side by side, and
+    its seeds from scratch placed on those runs' curves at the compute-equivalence table's last point (the seed
+    band), where trained."""
     seeds = {}
     for protocol, tables in (("scratch", one_epoch), ("continued", converged)):
         for _, row, result in scored_rows(tables, protocol):
@@ -176,6 +179,15 @@ def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Ta
         best = " and ".join(f"{r['bleu']:.2f}" for r in runs)
         averaged = " and ".join(f"{r['average']['bleu']:.2f}" for r in runs)
         parts.append(f"two trainings of the long-trained Transformer score {best} BLEU (last 5 averaged: {averaged})")
+    measured = (equivalence_table or {}).get("compute_equivalence", {})
+    if measured.get("seed_band"):
+        last = max(measured["seed_band"], key=int)
+        seeds = sorted(row["seed"] for row in equivalence_table["rows"] if row["system"] == fairseq_runs.BASELINE
+                       and row["name"] in measured["rows"])
+        several = len(seeds) > 1
+        parts.append(f"from scratch, those runs need {span(measured['seed_band'][last])}x the updates of its "
+                     f"seed{'s' if several else ''} {', '.join(map(str, seeds))} to reach {'their' if several else 'its'} "
+                     f"validation loss at {int(last):,} (compute-equivalence's seed band)")
     return "Noise: " + "; ".join(parts) + "."
 
 
@@ -205,7 +217,7 @@ def glance_table(one_epoch: Sequence[Path], converged: Sequence[Path], equivalen
     for method in methods:
         cells = [c.get(method, NOT_MEASURED) for c in columns]
         lines.append(f"| {method_label(method)} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n\n" + noise_line(epoch_tables, converged_tables) + "\n"
+    return "\n".join(lines) + "\n\n" + noise_line(epoch_tables, converged_tables, equivalence_table) + "\n"
 
 
 def converged_runs_table(converged: Sequence[Path]) -> str:
