@@ -1,6 +1,7 @@
 """The plugin installed into a user's environment that already has torch and fairseq, as the README's "Into your own
 environment" says: pip resolves it against what is there (no index: nothing downloaded, torch never replaced), its
-tools start without the experiments' extra (its drivers say how to add it), and ``fairseq-train --user-dir`` trains with it from any directory."""
+tools start without the experiments' extra (its drivers say how to add it), and ``fairseq-train --user-dir`` trains
+with it from any directory."""
 
 import os
 import shutil

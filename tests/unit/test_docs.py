@@ -253,8 +253,7 @@ def documented_commands(program: str):
     """The README's commands of ``program`` under "Running the experiments", continuation lines joined, comments
     dropped, each as its arguments."""
     text = README.read_text(encoding="utf-8")
-    section = text[text.index("## Running the experiments"):]
-    commands = section[section.index("```bash") + len("```bash"):section.index("```", section.index("```bash") + 7)]
+    commands = re.search(r"```bash\n(.*?)```", text[text.index("## Running the experiments"):], re.S).group(1)
     joined = re.sub(r"\\\n\s*", " ", commands)
     for line in joined.splitlines():
         argv = shlex.split(line.split("#")[0])
