@@ -12,9 +12,9 @@ machine) it is the equivalence in seconds.
 
 The noise of that ratio is measured twice. The Transformer's run-to-run band (:func:`noise_band`): each
 converged run placed on the other's curve, which is the same setup rerun, not another seed. The seed band
-(:func:`seed_band`): the Transformer trained from scratch in this table with other seeds than the converged runs',
-placed on their curves like every row. With seeds, a method saves updates only where every seed of it, against
-every run, lies above every Transformer seed (:func:`seed_summary`).
+(:func:`seed_band`): that band, the runs' own seed, with the Transformer trained from scratch in this table with
+other seeds than the runs', placed on their curves like every row. With seeds, a method saves updates only where
+every seed of it, against every run, lies above every Transformer seed (:func:`seed_summary`).
 """
 
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -112,15 +112,16 @@ def slower(point: Dict[str, object], band: Dict[int, Tuple[float, float]]) -> Op
 
 
 def seed_band(measured: Dict[str, List[Dict[str, object]]], transformer_rows: Sequence[str],
-              points: Sequence[int]) -> Dict[int, Tuple[float, float]]:
-    """At each of ``points``, the lowest and highest ratio of the Transformer's own seed rows (``measured``: each
-    row's :func:`row_equivalence`) against every reference run: the Transformer's seed spread (empty without a
-    measured seed row)."""
+              points: Sequence[int], runs: Dict[int, Tuple[float, float]]) -> Dict[int, Tuple[float, float]]:
+    """At each of ``points``, the lowest and highest ratio of every Transformer seed: the runs' own seed (``runs``,
+    :func:`noise_band`: each run on the other's curve) and the Transformer's seed rows (``measured``: each row's
+    :func:`row_equivalence`) against every run. The Transformer's seed spread; empty without a measured seed row."""
     band = {}
     for index, update in enumerate(points):
         spans = [measured[name][index]["updates_ratio"] for name in transformer_rows if name in measured]
         spans = [span for span in spans if span is not None]
         if spans:
+            spans += [runs[update]] if update in runs else []
             band[update] = (min(low for low, _ in spans), max(high for _, high in spans))
     return band
 

@@ -59,12 +59,14 @@ def _points(*spans):
     return [{"update": u, "updates_ratio": None if s is None else list(s)} for u, s in zip((1000, 2000), spans)]
 
 
-def test_the_seed_band_spans_the_transformers_seed_rows_against_every_run():
+def test_the_seed_band_spans_the_transformers_seed_rows_and_the_runs_own_seed_against_every_run():
     measured = {"scratch-baseline-s2": _points((0.97, 1.01), (0.99, 1.02)),
                 "scratch-baseline-s3": _points((1.02, 1.04), None), "scratch-hc-s1": _points((1.3, 1.4), (1.2, 1.3))}
-    band = equivalence.seed_band(measured, ["scratch-baseline-s2", "scratch-baseline-s3", "absent"], [1000, 2000])
-    assert band == {1000: (0.97, 1.04), 2000: (0.99, 1.02)}
-    assert equivalence.seed_band(measured, [], [1000, 2000]) == {}
+    seeds = ["scratch-baseline-s2", "scratch-baseline-s3", "absent"]
+    assert equivalence.seed_band(measured, seeds, [1000, 2000], {}) == {1000: (0.97, 1.04), 2000: (0.99, 1.02)}
+    runs = {1000: (0.99, 1.00), 2000: (0.98, 1.03)}  # the runs on each other's curves: their own seed
+    assert equivalence.seed_band(measured, seeds, [1000, 2000], runs) == {1000: (0.97, 1.04), 2000: (0.98, 1.03)}
+    assert equivalence.seed_band(measured, [], [1000, 2000], runs) == {}  # no seed row: no seed band
 
 
 def test_a_system_saves_updates_only_when_every_seed_is_above_every_transformer_seed():
@@ -96,10 +98,11 @@ def test_the_table_reads_each_system_over_its_seeds_beside_the_transformers_seed
     table = equivalence_report.compute(rows, results, references, [1000], {})
     band = table["seed_band"]["1000"]
     transformer = [table["rows"][f"scratch-baseline-s{seed}"][0]["updates_ratio"] for seed in (2, 3)]
+    transformer.append(table["noise_band"]["1000"])
     assert band == [min(t[0] for t in transformer), max(t[1] for t in transformer)]
     (hc,) = table["systems"]["hc"]
     assert set(hc["seeds"]) == {"1", "2"} and hc["above"] is True and hc["span"][0] > band[1]
     text = equivalence_report.format_body(rows, results, table)
-    assert "| Transformer (seed band) | 2, 3 | " in text and "| 20.20 (20.00-20.40) | 20.30 (20.10-20.50) |" in text
+    assert "| Transformer (seed band) | the runs, 2, 3 | " in text and "| 20.20 (20.00-20.40) | 20.30 (20.10-20.50) |" in text
     assert f"| + Hyper-connections | 1, 2 | {hc['mean']:.2f} (" in text
     assert "| saves updates | 20.80 (20.60-21.00) | 20.90 (20.70-21.10) |" in text

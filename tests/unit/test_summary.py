@@ -177,8 +177,8 @@ def test_the_noise_line_names_the_transformers_seed_band_from_scratch(published)
     payload["compute_equivalence"]["rows"]["scratch-baseline-s2"] = []
     payload["compute_equivalence"].update(seed_band={"1000": [0.88, 0.88], "2000": [0.904, 0.912]}, systems={})
     publish(equivalence, payload)
-    assert ("; from scratch, those runs need 0.90-0.91x the updates of its seed 2 to reach its validation loss at "
-            "2,000 (compute-equivalence's seed band).") in glance_table(one_epoch, converged, equivalence)
+    assert ("; from scratch, its seed 2 and the runs' own lie at 0.90-0.91x on those runs' curves at 2,000 updates "
+            "(compute-equivalence's seed band).") in glance_table(one_epoch, converged, equivalence)
 
 
 def test_a_row_naming_the_architectures_defaults_stands_for_the_method_over_one_trained_without_flags(

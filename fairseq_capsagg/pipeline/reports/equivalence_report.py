@@ -39,7 +39,8 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
     """Every trained row's :func:`~.equivalence.row_equivalence` with its verdict per point, and the noise band;
     its seconds from the training-speed ratio measured on the device the row trained on (``speed_ratios``: by
     device, as :func:`~..drivers.table1_rows.speed_ratios_by_device` reads them; none there: no seconds). Then the
-    Transformer's seed band (its rows here, :func:`~.equivalence.seed_band`) and each other system over its seeds
+    Transformer's seed band (the runs' noise band and its rows here, :func:`~.equivalence.seed_band`) and each other
+    system over its seeds
     (:func:`~.equivalence.seed_summary`)."""
     band = equivalence.noise_band(references, points)
     out = {"points": list(points), "references": list(references), "noise_band": {str(u): list(b) for u, b in band.items()},
@@ -52,7 +53,7 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
             point["faster"] = equivalence.faster(point, band)
         out["rows"][row.name] = measured
     transformer = [r.name for r in rows if r.system == fairseq_runs.BASELINE]
-    seeds = equivalence.seed_band(out["rows"], transformer, points)
+    seeds = equivalence.seed_band(out["rows"], transformer, points, band)
     out["seed_band"] = {str(u): list(b) for u, b in seeds.items()}
     systems: Dict[str, Dict[str, int]] = {}
     for row in rows:
@@ -140,12 +141,13 @@ def seeds_section(rows: List[Row], results: Results, table: Dict[str, object]) -
     names = ", ".join(f"`{r.name}`" for r in transformer) or "none trained yet"
     head = " | ".join(f"{u:,}" for u in points)
     out = ["", f"Over seeds: each system's ratio (mean of its seeds, in brackets the span over every seed and run) "
-           f"against the Transformer's seed band (the Transformer's own rows here, seeds other than the runs': "
-           f"{names}). Saves updates: every seed against every run above every Transformer seed (below: under it; "
-           "within: neither). Test BLEU at the last update over the seeds (best checkpoint; last 5 averaged).", "",
+           "against the Transformer's seed band: the runs' own seed (each run on the other's curve, the noise above) "
+           f"and its rows here, seeds other than the runs' ({names}). Saves updates: every seed against every "
+           "run above every Transformer seed (below: under it; within: neither). Test BLEU at the last update over "
+           "the seeds (best checkpoint; last 5 averaged; the Transformer's: its rows here).", "",
            f"| model | seeds | {head} | at {points[-1]:,} | BLEU | BLEU, averaged |",
            "|---|---|" + "---:|" * len(points) + "---|---:|---:|"]
-    seeds = ", ".join(str(r.seed) for r in transformer)
+    seeds = ", ".join(["the runs"] + [str(r.seed) for r in transformer]) if transformer else ""
     cells = " | ".join(span(band.get(u)) for u in points)
     out.append(f"| {fairseq_runs.label(fairseq_runs.BASELINE)} (seed band) | {seeds or '–'} | {cells} | – "
                f"| {bleu([r.name for r in transformer])} | {bleu([r.name for r in transformer], 'average')} |")

@@ -184,10 +184,9 @@ def noise_line(one_epoch: List[Tuple[str, Table]], converged: List[Tuple[str, Ta
         last = max(measured["seed_band"], key=int)
         seeds = sorted(row["seed"] for row in equivalence_table["rows"] if row["system"] == fairseq_runs.BASELINE
                        and row["name"] in measured["rows"])
-        whose = ("seeds", "their") if len(seeds) > 1 else ("seed", "its")
-        parts.append(f"from scratch, those runs need {span(measured['seed_band'][last])}x the updates of its "
-                     f"{whose[0]} {', '.join(map(str, seeds))} to reach {whose[1]} validation loss at {int(last):,} "
-                     "(compute-equivalence's seed band)")
+        parts.append(f"from scratch, its seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))} and the "
+                     f"runs' own lie at {span(measured['seed_band'][last])}x on those runs' curves at {int(last):,} "
+                     "updates (compute-equivalence's seed band)")
     return "Noise: " + "; ".join(parts) + "."
 
 
