@@ -40,8 +40,7 @@ def compute(rows: List[Row], results: Results, references: Dict[str, equivalence
     its seconds from the training-speed ratio measured on the device the row trained on (``speed_ratios``: by
     device, as :func:`~..drivers.table1_rows.speed_ratios_by_device` reads them; none there: no seconds). Then the
     Transformer's seed band (the runs' noise band and its rows here, :func:`~.equivalence.seed_band`) and each other
-    system over its seeds
-    (:func:`~.equivalence.seed_summary`)."""
+    system over its seeds (:func:`~.equivalence.seed_summary`)."""
     band = equivalence.noise_band(references, points)
     out = {"points": list(points), "references": list(references), "noise_band": {str(u): list(b) for u, b in band.items()},
            "speed_ratios": speed_ratios, "rows": {}}
