@@ -224,14 +224,17 @@ def test_the_headline_bullets_quote_the_published_numbers():
     def ratio(name: str, key: str = "updates_ratio") -> float:
         return round(sum(last[name][key]) / 2, 2)
 
-    saving = ("scratch-hc-s1", "scratch-hc-s2", "scratch-dyncomb-s1", "scratch-dyncomb-s2", "scratch-mudd-s1")
-    for name in saving + ("scratch-dwa-s1", "scratch-dlcl-s1", "scratch-emrouting-s1"):
+    seeded = {system: [f"scratch-{system}-s{seed}" for seed in (1, 2)] for system in ("dyncomb", "hc", "mudd")}
+    for name in sum(seeded.values(), []) + ["scratch-dwa-s1", "scratch-dlcl-s1", "scratch-emrouting-s1"]:
         assert f"{ratio(name):.2f}x" in bullets, name
     systems = equivalence["compute_equivalence"]["systems"]
-    for system, whose in (("hc", "the hyper-connections'"), ("dyncomb", "the dynamic combination's")):
+    for system, whose in (("hc", "the hyper-connections'"), ("dyncomb", "the dynamic combination's"),
+                          ("mudd", "MUDD's")):
         assert f"{systems[system][-1]['mean']:.2f}x {whose}" in bullets, system
-    seconds = [ratio(name, "seconds_ratio") for name in saving]
-    assert f"{min(seconds):.2f}-{max(seconds):.2f}x in seconds" in bullets
+    lasting = [ratio(name, "seconds_ratio") for name in seeded["dyncomb"]]
+    assert f"{min(lasting):.2f}-{max(lasting):.2f}x in seconds on 2 CPU cores" in bullets
+    seed_dependent = [ratio(name, "seconds_ratio") for name in seeded["hc"] + seeded["mudd"]]
+    assert f"{min(seed_dependent):.2f}-{max(seed_dependent):.2f}x in seconds)" in bullets
     slow = [ratio(f"scratch-{s}-s1", "seconds_ratio") for s in ("dwa", "dlcl")]
     assert f"{min(slow):.2f}-{max(slow):.2f}x in seconds" in bullets
     dense = [result["bleu"] for result in equivalence["results"].values()
@@ -242,8 +245,9 @@ def test_the_headline_bullets_quote_the_published_numbers():
     assert f"three seeds' {summary.span(band[max(band, key=int)])}x" in bullets
     seeds = [equivalence["results"][f"scratch-baseline-s{seed}"]["bleu"] for seed in (2, 3)]
     assert f"seeds {min(seeds):.2f}-{max(seeds):.2f}" in bullets
-    hc = [equivalence["results"][f"scratch-hc-s{seed}"]["bleu"] for seed in (1, 2)]
-    assert f"hyper-connections {min(hc):.2f}-{max(hc):.2f}" in bullets
+    for system, name in (("hc", "hyper-connections"), ("mudd", "MUDD")):
+        bleu = [equivalence["results"][row]["bleu"] for row in seeded[system]]
+        assert f"{name} {min(bleu):.2f}-{max(bleu):.2f}" in bullets, system
     continued = [r["average"]["delta_bleu"] for name, r in published("converged-cpu.json")["results"].items()
                  if name.startswith("continued-") and name != "continued-baseline" and "delta_bleu" in r["average"]
                  and not name.endswith("-s2")]
