@@ -138,6 +138,9 @@ def model_launches(family: str, shape: str, precision: str, variants: Dict[str, 
     dictionary = joined_dictionary(64)
     args = model_args(f"transformer_{family}_{shape}", ["--share-all-embeddings", "--connection-kernels", "fused"])
     model = build_model(args, dictionary).to(DTYPES[precision])
+    legacy = [module for module in model.modules() if hasattr(module, "gate_shared")]
+    for index, connection in enumerate(legacy):  # mHC: every other block as a checkpoint of its start before runs it
+        connection.gate_shared = index % 2 == 1
     with kernels_on_cpu(), gpu_checks_only():  # dry launches leave values no check should read
         with recorded_launches(variants, (family, shape, precision, "train")):
             model.train()

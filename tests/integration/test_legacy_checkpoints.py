@@ -1,9 +1,10 @@
 """Checkpoints saved by an earlier version of the plugin load and compute what they did.
 
-``tests/data/legacy/`` holds two tiny checkpoints written by commit f10dcaa (before the
-aggregator registry): EM routing on both sides with ``--routing-init identity`` and a ramp
-stopped half-way, and dynamic combination on the encoder only, each with the logits it gave
-on fixed tokens and its ``fairseq-generate`` output on the tiny test split.
+``tests/data/legacy/`` holds tiny checkpoints, each with the logits it gave on fixed tokens and its
+``fairseq-generate`` output on the tiny test split: two written by commit f10dcaa (before the aggregator
+registry), EM routing on both sides with ``--routing-init identity`` and a ramp stopped half-way, and dynamic
+combination on the encoder only; and mHC written by commit 5b4217e (its gate blending H_pre, H_post and H_res
+from the identity, before the start of :mod:`fairseq_capsagg.aggregators.methods.mhc`).
 """
 
 from pathlib import Path
@@ -17,7 +18,7 @@ from fairseq_capsagg import USER_DIR
 
 
 LEGACY = Path(__file__).parents[1] / "data" / "legacy"
-NAMES = ("emrouting", "dyncomb")
+NAMES = ("emrouting", "dyncomb", "mhc")
 #: The fixtures were written on one CPU; another CPU's BLAS kernels sum the same fp32 products in
 #: another order, which moves logits and scores in the 6th-7th significant digit (3e-6 seen between
 #: AVX-512 and AVX2 kernels). A checkpoint that loads differently (a weight missing, renamed or

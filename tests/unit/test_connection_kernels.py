@@ -99,14 +99,15 @@ def test_the_fused_hyper_read_equals_the_reference_with_every_gradient(dtype):
 
 def _read_weights(family: str, n: int, c: int, generator: torch.Generator):
     """The next connection's read weights and the arguments after them: a hyper-connection's W, A_m, A_r, B, s_a,
-    s_b; mHC's phi, b_pre, b_post, b_res, alpha, the gate (inside its clamp) and the home stream."""
+    s_b; mHC's phi, b_pre, b_post, b_res, alpha, the gate (inside its clamp), the home stream and whether the gate is
+    shared."""
     if family == "hc":
         return [torch.randn(n + 2, c, generator=generator), torch.randn(n, generator=generator),
                 torch.randn(n, n, generator=generator), torch.randn(n, generator=generator), torch.tensor(0.3),
                 torch.tensor(-0.7)], ()
     return [torch.randn(2 * n + n * n, n * c, generator=generator), torch.randn(n, generator=generator),
             torch.randn(n, generator=generator), torch.randn(n, n, generator=generator),
-            torch.randn(3, generator=generator), torch.tensor(0.6)], (1,)
+            torch.randn(3, generator=generator), torch.tensor(0.6)], (1, False)
 
 
 #: Per family: the write and the next read as one operator, and the read's operator alone.
@@ -240,9 +241,11 @@ def test_the_fused_depth_softmax_keeps_the_identity_start_exact():
     assert torch.equal(depth_softmax(layers, torch.randn(8), torch.tensor(0.0), kernel="fused"), layers[-1])
 
 
-@pytest.mark.parametrize("gate", [0.6, 1.4])
+@pytest.mark.parametrize("gate,shared", [(0.6, False), (1.4, True)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gate, dtype):
+def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gate, shared, dtype):
+    """The mended start's (H_post and H_res ungated) and a checkpoint's of the start before (one gate for all three,
+    here above its clamp)."""
     generator = torch.Generator().manual_seed(19)
     n, c = 3, 6
     inputs = [2 * torch.randn(5, 2, n, c, generator=generator),
@@ -253,8 +256,8 @@ def test_the_fused_mhc_read_and_mix_equal_the_references_with_every_gradient(gat
     results = {}
     for kernel in ("eager", "fused"):
         leaves = [(x.float() if kernel == "eager" else x).clone().requires_grad_() for x in inputs]
-        block_input, res_logits, write = mhc_read(*leaves, home=1, kernel=kernel)
-        outputs = (block_input, mhc_mix(res_logits, leaves[-1], kernel=kernel), write)
+        block_input, res_logits, write = mhc_read(*leaves, home=1, shared_gate=shared, kernel=kernel)
+        outputs = (block_input, mhc_mix(res_logits, leaves[-1] if shared else None, kernel=kernel), write)
         cotangents = [torch.randn(out.shape, generator=torch.Generator().manual_seed(out.dim())).to(dtype).float()
                       for out in outputs]
         sum((out.float() * cotangent).sum() for out, cotangent in zip(outputs, cotangents)).backward()

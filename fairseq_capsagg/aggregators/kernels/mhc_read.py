@@ -1,8 +1,8 @@
 """mHC's read in one Triton kernel each way (:mod:`.mhc_read`).
 
 Per position, with the n streams H (n x C) read as one row of n C: D = RMSNorm(H) phi^T (2n + n^2), the logits
-pre, post and res, H_pre = e_home + g (sigmoid(pre) - e_home), H_post = 1 + g (2 sigmoid(post) - 1) and
-h = sum_i H_pre,i H_i, in fp32 whatever the streams' precision. Each program holds ``BLOCK_P`` positions and walks
+pre, post and res, H_pre = e_home + g (sigmoid(pre) - e_home), H_post = 2 sigmoid(post) (with ``SHARED``, a
+checkpoint of the start before: 1 + g (2 sigmoid(post) - 1)) and h = sum_i H_pre,i H_i, in fp32 whatever the streams' precision. Each program holds ``BLOCK_P`` positions and walks
 their C channels in chunks of ``BLOCK_C``, every stream at once: the forward reads the streams twice (their RMS
 and projections, then the read), the backward four times (the logits, the read's gradient, RMSNorm's mean,
 the streams' gradient). n and 2n + n^2 are padded to powers of two with zeros. The backward writes, per program,
@@ -69,8 +69,8 @@ def _pick(dynamic, i, k, offset):
 @position_kernel
 def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
                     out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, written_ptr,
-                    state_ptr, positions, n, channels, home, eps, WRITES: tl.constexpr, N: tl.constexpr,
-                    K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                    state_ptr, positions, n, channels, home, eps, WRITES: tl.constexpr, SHARED: tl.constexpr,
+                    N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, N)
     k = tl.arange(0, K)
@@ -89,7 +89,10 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     pre = tl.load(pre_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + alpha_pre * _pick(dynamic, i, k, 0)
     post = tl.load(post_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + alpha_post * _pick(dynamic, i, k, n)
     read = g * _sigmoid(pre) + tl.where(i[None, :] == home, 1.0 - g, 0.0)
-    write = 1.0 + g * (2.0 * _sigmoid(post) - 1.0)
+    if SHARED:
+        write = 1.0 + g * (2.0 * _sigmoid(post) - 1.0)
+    else:
+        write = 2.0 * _sigmoid(post)
     tl.store(out_write_ptr + p[:, None] * n + i[None, :], write, mask=pi_live)
     # res_ij = b_res,ij + alpha_2 D[2n + i n + j], gathered as (P, N_i, N_j)
     ij = 2 * n + i[:, None] * n + i[None, :]
@@ -114,7 +117,8 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
                      block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_block_mix_ptr,
                      grad_block_write_ptr, grad_input_ptr, grad_output_ptr, readout_shares_ptr, positions, n, channels,
                      home, eps, WRITES: tl.constexpr, HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr,
-                     N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                     SHARED: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr,
+                     BLOCK_C: tl.constexpr):
     program = tl.program_id(0)
     p = program * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, N)
@@ -152,7 +156,11 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     grad_write = tl.load(grad_write_ptr + p[:, None] * n + i[None, :], mask=pi_live, other=0.0)
     grad_a = tl.where(pi_live, grad_a, 0.0)
     grad_pre = grad_a * g * pre_sigmoid * (1.0 - pre_sigmoid)
-    grad_post = grad_write * g * 2.0 * post_sigmoid * (1.0 - post_sigmoid)
+    grad_post = grad_write * 2.0 * post_sigmoid * (1.0 - post_sigmoid)
+    grad_gate = grad_a * (pre_sigmoid - home_hot)
+    if SHARED:
+        grad_post = g * grad_post
+        grad_gate += grad_write * (2.0 * post_sigmoid - 1.0)
     # H_res's logits' gradient scattered to D's columns 2n + i n + j, and H_pre's and H_post's to i and n + i
     res_offset = k - 2 * n
     in_res = (res_offset >= 0) & (res_offset < n * n)
@@ -170,8 +178,7 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     tl.store(tail, tl.sum(tl.sum(grad_pre * dynamic_pre, axis=1), axis=0))
     tl.store(tail + 1, tl.sum(tl.sum(grad_post * dynamic_post, axis=1), axis=0))
     tl.store(tail + 2, tl.sum(tl.sum(grad_res * dynamic, axis=1), axis=0))
-    tl.store(tail + 3, tl.sum(tl.sum(grad_a * (pre_sigmoid - home_hot) + grad_write * (2.0 * post_sigmoid - 1.0),
-                                     axis=1), axis=0))
+    tl.store(tail + 3, tl.sum(tl.sum(grad_gate, axis=1), axis=0))
     # RMSNorm's backward over the n C row needs mean(g * normed), g = grad_dynamic phi
     projected = tl.zeros((BLOCK_P,), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
@@ -215,7 +222,7 @@ def _meta(positions: int, n: int):
     return (triton.cdiv(positions, BLOCK_P),), triton.next_power_of_2(n), triton.next_power_of_2(2 * n + n * n)
 
 
-def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps, written_by=None):
+def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps, written_by=None):
     positions, n, channels = streams.shape
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
     res = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
@@ -223,29 +230,29 @@ def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, hom
     writes = write_outputs(streams, written_by)
     grid, width, outputs = _meta(positions, n)
     _forward_kernel[grid](streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, *writes,
-                          positions, n, channels, home, eps, WRITES=written_by is not None, N=width, K=outputs,
-                          BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+                          positions, n, channels, home, eps, WRITES=written_by is not None, SHARED=shared_gate,
+                          N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
     return (out, res, write) if written_by is None else (*writes[5:], out, res, write)
 
 
-def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps):
+def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps):
     """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
     (P, n, C) and phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate, each in any precision (read in
     fp32)."""
-    return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps)
+    return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps)
 
 
 def forward_after_write(streams, block_mix, block_write, block_input, block_output, readout, phi, pre_logits,
-                        post_logits, res_logits, alpha, gate, home, eps):
+                        post_logits, res_logits, alpha, gate, home, shared_gate, eps):
     """The block's write (:func:`.stream_write.forward`: H' and the state from H (P, n, C), its r (P, n, n),
     b (P, n), h and y (P, C) and o (n)), then the next block's read of H' (:func:`forward`), in one kernel: H', the
     state, h', H_res's logits and H_post."""
-    return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, eps,
+    return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps,
                     (block_mix, block_write, block_input, block_output, readout))
 
 
-def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps,
-              written_by=None, grad=None, grad_state=None):
+def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, shared_gate,
+              eps, written_by=None, grad=None, grad_state=None):
     positions, n, channels = streams.shape
     grid, width, outputs = _meta(positions, n)
     grad_streams = torch.empty_like(streams)
@@ -255,7 +262,7 @@ def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_lo
     _backward_kernel[grid](grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
                            grad_streams, phi_shares, small_shares, *writes, positions, n, channels, home, eps,
                            WRITES=written_by is not None, HAS_GRAD=grad is not None,
-                           HAS_STATE=grad_state is not None, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+                           HAS_STATE=grad_state is not None, SHARED=shared_gate, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
     def summed(start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
         """The programs' shares of columns start..stop summed: each gradient its own tensor (an operator's outputs
         never alias one another)."""
@@ -271,16 +278,19 @@ def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_lo
     return (grad_streams, *gathered_write_gradients(writes), *read_grads)
 
 
-def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps):
+def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, shared_gate,
+             eps):
     """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs, each
     in its input's precision (b_res's in b_pre's; the small ones cast at once: one module's weights)."""
-    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps)
+    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home,
+                     shared_gate, eps)
 
 
 def backward_after_write(grad, grad_state, grad_read, grad_res, grad_write, streams, block_mix, block_write,
-                         block_input, block_output, readout, phi, pre_logits, post_logits, alpha, gate, home, eps):
+                         block_input, block_output, readout, phi, pre_logits, post_logits, alpha, gate, home,
+                         shared_gate, eps):
     """:func:`forward_after_write`'s backward: the gradients of H, r, b, h, y, o, phi, b_pre, b_post, b_res, alpha and
     the gate given those of H' and the state (None: not used) and of h', H_res's logits and H_post; H''s complete
     gradient is summed in registers and never stored."""
-    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, eps,
-                     (block_mix, block_write, block_input, block_output, readout), grad, grad_state)
+    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home,
+                     shared_gate, eps, (block_mix, block_write, block_input, block_output, readout), grad, grad_state)

@@ -5,9 +5,11 @@ forward reads the logits once and writes the doubly stochastic matrices once; th
 iterates it needs (iteration t from the logits, for t = T - 1 down to 0) instead of storing 2T of them. The
 arithmetic is :func:`..ops.sinkhorn.sinkhorn_reference`'s, in fp32 and log space: a column normalisation (each
 column over its rows) then a row normalisation, T times, and exp. Matrices are padded to the next power of two
-with -inf logits, which stay -inf and weigh nothing. With ``BLEND`` (mHC's H_res, :func:`.sinkhorn.mhc_mix`) the
-forward writes I + g (P^T - I) for the gate g = clamp(gate, 0, 1) instead of P, and the backward takes that
-output's gradient and also writes, per program, its share of the gate's (the identity through the clamp).
+with -inf logits, which stay -inf and weigh nothing. With ``TRANSPOSED`` (mHC's H_res as mixing rows,
+:func:`.sinkhorn.mhc_mix`) the forward writes P^T and the backward takes its gradient; with ``BLEND`` (mHC's H_res of a
+checkpoint of the start before) the forward writes I + g (P^T - I) for the gate g = clamp(gate, 0, 1), and the
+backward takes that output's gradient and also writes, per program, its share of the gate's (the identity through
+the clamp).
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
@@ -58,8 +60,8 @@ def _offsets(positions, n, N: tl.constexpr, BLOCK_P: tl.constexpr):
 
 
 @position_kernel
-def _forward_kernel(logits_ptr, gate_ptr, out_ptr, positions, n, iterations, BLEND: tl.constexpr, N: tl.constexpr,
-                    BLOCK_P: tl.constexpr):
+def _forward_kernel(logits_ptr, gate_ptr, out_ptr, positions, n, iterations, TRANSPOSED: tl.constexpr,
+                    BLEND: tl.constexpr, N: tl.constexpr, BLOCK_P: tl.constexpr):
     offsets, transposed, inside, valid, diagonal = _offsets(positions, n, N, BLOCK_P)
     x = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf"))
     x = tl.where(valid, x, float("-inf"))
@@ -68,13 +70,15 @@ def _forward_kernel(logits_ptr, gate_ptr, out_ptr, positions, n, iterations, BLE
         gate = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
         identity = tl.where(diagonal, 1.0, 0.0)
         tl.store(out_ptr + transposed, identity + gate * (matrices - identity), mask=inside)
+    elif TRANSPOSED:
+        tl.store(out_ptr + transposed, matrices, mask=inside)
     else:
         tl.store(out_ptr + offsets, matrices, mask=inside)
 
 
 @position_kernel
 def _backward_kernel(logits_ptr, gate_ptr, grad_ptr, out_ptr, gate_shares_ptr, positions, n, iterations,
-                     BLEND: tl.constexpr, N: tl.constexpr, BLOCK_P: tl.constexpr):
+                     TRANSPOSED: tl.constexpr, BLEND: tl.constexpr, N: tl.constexpr, BLOCK_P: tl.constexpr):
     offsets, transposed, inside, valid, diagonal = _offsets(positions, n, N, BLOCK_P)
     logits = tl.load(logits_ptr + offsets, mask=inside, other=float("-inf"))
     logits = tl.where(valid, logits, float("-inf"))
@@ -86,6 +90,8 @@ def _backward_kernel(logits_ptr, gate_ptr, grad_ptr, out_ptr, gate_shares_ptr, p
         tl.store(gate_shares_ptr + tl.program_id(0),
                  tl.sum(tl.sum(tl.sum(grad * (matrices - identity), axis=2), axis=1), axis=0))
         grad = gate * grad
+    elif TRANSPOSED:
+        grad = tl.load(grad_ptr + transposed, mask=inside, other=0.0)
     else:
         grad = tl.load(grad_ptr + offsets, mask=inside, other=0.0)
     grad = grad * matrices  # through exp
@@ -105,22 +111,27 @@ def _grid(logits: torch.Tensor):
     return (triton.cdiv(logits.numel() // (n * n), BLOCK),), dict(N=triton.next_power_of_2(n), BLOCK_P=BLOCK)
 
 
-def forward(logits: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] = None) -> torch.Tensor:
-    """The doubly stochastic matrices P of ``logits`` (P, n, n), fp32 and contiguous; with a ``gate`` (any
-    precision, read in fp32), I + g (P^T - I)."""
+def forward(logits: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] = None,
+            transposed: bool = False) -> torch.Tensor:
+    """The doubly stochastic matrices P of ``logits`` (P, n, n), fp32 and contiguous, or P^T (``transposed``); with a
+    ``gate`` (any precision, read in fp32), I + g (P^T - I)."""
     out = torch.empty_like(logits)
     grid, meta = _grid(logits)
     _forward_kernel[grid](logits, logits if gate is None else gate, out, logits.size(0), logits.size(-1), iterations,
-                          BLEND=gate is not None, **meta)
+                          TRANSPOSED=transposed or gate is not None, BLEND=gate is not None, **meta)
     return out
 
 
-def backward(logits: torch.Tensor, grad: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] = None):
-    """The gradient with respect to ``logits`` of the forward's output given ``grad`` (both (P, n, n)); with a
-    ``gate``, also the gate's, in its precision."""
+def backward(logits: torch.Tensor, grad: torch.Tensor, iterations: int, gate: Optional[torch.Tensor] = None,
+             transposed: bool = False):
+    """The gradient with respect to ``logits`` of the forward's output given ``grad`` (both (P, n, n)); for mHC's
+    mix (``transposed`` or a ``gate``) with the gate's, in its precision (without a gate, an empty tensor)."""
     out = torch.empty_like(logits)
     grid, meta = _grid(logits)
     shares = torch.empty(grid[0], dtype=torch.float32, device=logits.device)
     _backward_kernel[grid](logits, logits if gate is None else gate, grad, out, shares, logits.size(0),
-                           logits.size(-1), iterations, BLEND=gate is not None, **meta)
-    return out if gate is None else (out, shares.sum().to(gate.dtype))
+                           logits.size(-1), iterations, TRANSPOSED=transposed or gate is not None,
+                           BLEND=gate is not None, **meta)
+    if not transposed and gate is None:
+        return out
+    return out, logits.new_empty(0) if gate is None else shares.sum().to(gate.dtype)

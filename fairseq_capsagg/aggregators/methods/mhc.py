@@ -1,7 +1,8 @@
 """Manifold-constrained hyper-connections, mHC (DeepSeek-AI, "mHC: Manifold-Constrained Hyper-Connections",
 2025)."""
 
-from typing import Tuple
+import math
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor, nn
@@ -14,10 +15,15 @@ from ..ops.write_read import mhc_write_read
 from ..registry import register_aggregator
 from .streams import StreamConnection, StreamSettings
 
-#: Logits of the start: H_res's 6 on the diagonal and -3 elsewhere, H_pre's +4 on the block's own stream
-#: and -4 elsewhere, H_post's 0 (2 sigmoid(0) = 1); what the weights move towards as the gate opens.
-RES_LOGITS = (6.0, -3.0)
-PRE_LOGITS = (4.0, -4.0)
+
+def start_logits(n: int, home: int) -> Tuple[Tensor, Tensor]:
+    """b_pre (n) and b_res (n, n) of the start: sigmoid(b_pre) is 1/2 on the block's own stream ``home`` and
+    1/(2(n - 1)) on each other one (summing to 1), Sinkhorn(b_res) 1/2 on the diagonal and 1/(2(n - 1)) elsewhere;
+    neither saturated, so both take gradients of the order of the weights they multiply."""
+    others = max(n - 1, 1)
+    pre = torch.full((n,), -math.log(max(2 * n - 3, 1)))
+    pre[home] = 0.0
+    return pre, math.log(others) * torch.eye(n)
 
 
 @register_aggregator
@@ -27,13 +33,22 @@ class ManifoldHyperConnections(StreamConnection):
     product of the H_res over depth keeps a gain near 1.
 
     The logits are static plus alpha (x~ phi) with x~ the RMS-normalised n x d streams of the position
-    and phi = 0, alpha = 0.01 at the start, in fp32. The start is ours: the paper's weights never give
-    the identity (a sigmoid is never one-hot, Sinkhorn never the identity matrix), so each weight is
-    moved from the pre-norm Transformer's by a gate g in [0, 1], g = 0 at the start:
-    H_pre = e_l + g (sigmoid - e_l), H_res = I + g (Sinkhorn - I), H_post = 1 + g (2 sigmoid - 1).
-    Every H_res stays doubly stochastic for g in [0, 1] (a convex combination of two such matrices),
-    H_pre non-negative. g is its parameter clamped to [0, 1] with the gradient passed through the clamp,
-    so a gate pushed below 0 can come back. The static weights and the gate are marked ``no_weight_decay``.
+    and phi = 0, alpha = 0.01 at the start, in fp32.
+
+    The start is the pre-norm Transformer without saturating a weight. The n streams start as copies of the
+    embedding output, and weights that keep them copies compute the Transformer: any H_res whose rows (each
+    new stream's weights) sum to 1, H_post = 1, and a read whose weights sum to 1. So H_res and H_post are
+    the paper's from the first step, at logits where they learn: b_res log(n - 1) on the diagonal and 0
+    elsewhere (:func:`start_logits`), b_post 0 (H_post = 2 sigmoid(0) = 1). Only the read is blended from
+    the Transformer's, H_pre = e_l + g (sigmoid - e_l) with a gate g = clamp(gate, 0, 1), 0 at the start
+    (a sigmoid never gives the one-hot read that n = 1 needs), the gradient passed through the clamp;
+    sigmoid(b_pre) sums to 1, so the read stays convex as g opens. The streams part once H_post writes
+    them differently; until then, and in the first block always (it mixes copies), H_res's gradient is zero.
+    The static weights and the gate are marked ``no_weight_decay``.
+
+    A checkpoint saved before this start (without ``shared_gate``) blended all three weights by its gate,
+    H_res = I + g (Sinkhorn - I) and H_post = 1 + g (2 sigmoid - 1), from saturated logits (H_res's Sinkhorn
+    the identity to 1e-4, so its logits took no gradient); it loads so and computes what it did.
     """
 
     name = "mhc"
@@ -47,12 +62,13 @@ class ManifoldHyperConnections(StreamConnection):
         self.home_stream = home  # the fused read's argument (an int: no tensor to read back from a GPU)
         self.register_buffer("home", torch.nn.functional.one_hot(torch.tensor(home), n).float(), persistent=False)
         self.register_buffer("identity", torch.eye(n), persistent=False)
-        pre = torch.full((n,), PRE_LOGITS[1])
-        pre[home] = PRE_LOGITS[0]
+        pre, res = start_logits(n, home)
         self.pre_logits = nn.Parameter(pre)
         self.post_logits = nn.Parameter(torch.zeros(n))
-        self.res_logits = nn.Parameter(RES_LOGITS[1] + (RES_LOGITS[0] - RES_LOGITS[1]) * torch.eye(n))
+        self.res_logits = nn.Parameter(res)
         self.gate = nn.Parameter(torch.zeros(()))
+        self.register_buffer("shared_gate", torch.tensor(False))
+        self.gate_shared = False  # the buffer's value, read once where it is loaded (no read back from a GPU)
         for static in (self.pre_logits, self.post_logits, self.res_logits, self.gate):
             static.no_weight_decay = True
         if dynamic:
@@ -98,7 +114,23 @@ class ManifoldHyperConnections(StreamConnection):
     def weights(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         pre, post, res = self.constrained(streams)
         gate = self.gate_value()
-        return self.home + gate * (pre - self.home), self.identity + gate * (res - self.identity), 1 + gate * (post - 1)
+        read = self.home + gate * (pre - self.home)
+        if not self.gate_shared:
+            return read, res, post
+        return read, self.identity + gate * (res - self.identity), 1 + gate * (post - 1)
+
+    def mixing_gate(self) -> Optional[Tensor]:
+        """The gate that blends H_res from the identity: none, but in a checkpoint of the start before."""
+        return self.gate if self.gate_shared else None
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs) -> None:
+        """A checkpoint saved before ``shared_gate`` existed blended all three weights by its gate: loaded so."""
+        key = prefix + "shared_gate"
+        if key not in state_dict and prefix + "gate" in state_dict:
+            state_dict[key] = torch.tensor(True)
+        if key in state_dict:
+            self.gate_shared = bool(state_dict[key])
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def read_with_weights(self, streams: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """With dynamic weights, the logits, H_pre, H_post and the read as one operator each way
@@ -108,8 +140,8 @@ class ManifoldHyperConnections(StreamConnection):
             return super().read_with_weights(streams)
         block_input, res_logits, write = mhc_read(streams, self.phi.weight, self.pre_logits, self.post_logits,
                                                   self.res_logits, self.alpha, self.gate, self.home_stream,
-                                                  self.kernels)
-        return block_input, (mhc_mix(res_logits, self.gate, kernel=self.kernels), write)
+                                                  self.gate_shared, self.kernels)
+        return block_input, (mhc_mix(res_logits, self.mixing_gate(), kernel=self.kernels), write)
 
     def read_after_write(self, streams: Tensor, weights: Tuple[Tensor, Tensor], block_input: Tensor,
                          block_output: Tensor, readout: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tuple[Tensor, Tensor]]:
@@ -120,5 +152,5 @@ class ManifoldHyperConnections(StreamConnection):
             return super().read_after_write(streams, weights, block_input, block_output, readout)
         streams, state, block_input, res_logits, write = mhc_write_read(
             streams, *weights, block_input, block_output, readout, self.phi.weight, self.pre_logits, self.post_logits,
-            self.res_logits, self.alpha, self.gate, self.home_stream)
-        return streams, state, block_input, (mhc_mix(res_logits, self.gate, kernel=self.kernels), write)
+            self.res_logits, self.alpha, self.gate, self.home_stream, self.gate_shared)
+        return streams, state, block_input, (mhc_mix(res_logits, self.mixing_gate(), kernel=self.kernels), write)

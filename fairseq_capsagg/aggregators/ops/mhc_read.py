@@ -5,8 +5,9 @@ reference and :func:`reference_backward` inside the operator elsewhere). H_res's
 
 With x~ the RMS-normalised n x C row of a position's streams and D = x~ phi^T (2n + n^2), the logits are
 pre = b_pre + alpha_0 D[:n], post = b_post + alpha_1 D[n:2n] and res = b_res + alpha_2 D[2n:] (Eqs. 5-7 of the
-paper); with g = clamp(gate, 0, 1) (the identity backward), H_pre = e_home + g (sigmoid(pre) - e_home) and
-H_post = 1 + g (2 sigmoid(post) - 1).
+paper); with g = clamp(gate, 0, 1) (the identity backward), H_pre = e_home + g (sigmoid(pre) - e_home) and H_post =
+2 sigmoid(post) (Eq. 8); with ``shared_gate`` (a checkpoint of the start before, :mod:`..methods.mhc`) H_post =
+1 + g (2 sigmoid(post) - 1).
 """
 
 from typing import Optional, Tuple
@@ -28,10 +29,10 @@ def clamped_gate(gate: Tensor) -> Tensor:
 
 
 def read_reference(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor,
-                   alpha: Tensor, gate: Tensor, home: int) -> Tuple[Tensor, Tensor, Tensor]:
+                   alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """h (..., C) in the streams' dtype, H_res's logits (..., n, n) and H_post (..., n) in fp32, from the streams
-    (..., n, C), phi (2n + n^2, n C), the static logits b_pre (n), b_post (n), b_res (n, n), alpha (3), the gate and
-    the block's own stream ``home``."""
+    (..., n, C), phi (2n + n^2, n C), the static logits b_pre (n), b_post (n), b_res (n, n), alpha (3), the gate, the
+    block's own stream ``home`` and whether the gate also blends H_post (``shared_gate``)."""
     n = streams.size(-2)
     dynamic = norm_linear_reference(streams.flatten(-2), phi, tanh=False)
     alpha = alpha.float()
@@ -41,13 +42,13 @@ def read_reference(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits
     g = clamped_gate(gate)
     read = g * torch.sigmoid(pre)
     read[..., home] += 1.0 - g  # e_home + g (sigmoid(pre) - e_home)
-    write = 1.0 + g * (2.0 * torch.sigmoid(post) - 1.0)
+    write = 1.0 + g * (2.0 * torch.sigmoid(post) - 1.0) if shared_gate else 2.0 * torch.sigmoid(post)
     return (read.to(streams.dtype).unsqueeze(-1) * streams).sum(-2), res, write
 
 
 def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor,
-                       pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
-                       home: int) -> GRADIENTS:
+                       pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int,
+                       shared_gate: bool) -> GRADIENTS:
     """The gradients of :func:`read_reference`'s inputs from those of h (P, C), H_res's logits (P, n, n) and H_post
     (P, n), for streams (P, n, C), written out (autograd's values, without its graph); computed in fp32, each
     returned in its input's precision (b_res's in b_pre's)."""
@@ -66,9 +67,12 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
     read = home_hot + g * (pre_sigmoid - home_hot)
     grad_read = grad_read.float()
     grad_a = torch.einsum("pc,pic->pi", grad_read, x)
-    grad_gate = (grad_a * (pre_sigmoid - home_hot)).sum() + (grad_write * (2.0 * post_sigmoid - 1.0)).sum()
+    grad_gate = (grad_a * (pre_sigmoid - home_hot)).sum()
     grad_pre = grad_a * g * pre_sigmoid * (1.0 - pre_sigmoid)
-    grad_post = grad_write * g * 2.0 * post_sigmoid * (1.0 - post_sigmoid)
+    grad_post = grad_write * 2.0 * post_sigmoid * (1.0 - post_sigmoid)
+    if shared_gate:
+        grad_gate = grad_gate + (grad_write * (2.0 * post_sigmoid - 1.0)).sum()
+        grad_post = g * grad_post
     grad_res = grad_res.float().flatten(1)
     grad_alpha = torch.stack([(grad_pre * dynamic[:, :n]).sum(), (grad_post * dynamic[:, n:2 * n]).sum(),
                               (grad_res * dynamic[:, 2 * n:]).sum()])
@@ -83,16 +87,17 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
 
 @torch.library.custom_op("capsagg::mhc_read", mutates_args=())
 def _fused(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor,
-           gate: Tensor, home: int) -> Tuple[Tensor, Tensor, Tensor]:
+           gate: Tensor, home: int, shared_gate: bool) -> Tuple[Tensor, Tensor, Tensor]:
     kernels = triton_kernels(__name__, streams)
     if kernels is not None:
-        return kernels.forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, RMS_EPS)
-    return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home)
+        return kernels.forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate,
+                               RMS_EPS)
+    return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate)
 
 
 @_fused.register_fake
 def _(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor,
-      gate: Tensor, home: int) -> Tuple[Tensor, Tensor, Tensor]:
+      gate: Tensor, home: int, shared_gate: bool) -> Tuple[Tensor, Tensor, Tensor]:
     positions, n, channels = streams.shape
     return (streams.new_empty(positions, channels), streams.new_empty(positions, n, n, dtype=torch.float32),
             streams.new_empty(positions, n, dtype=torch.float32))
@@ -100,18 +105,19 @@ def _(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res
 
 @torch.library.custom_op("capsagg::mhc_read_backward", mutates_args=())
 def _fused_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor,
-                    pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int) -> GRADIENTS:
+                    pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int,
+                    shared_gate: bool) -> GRADIENTS:
     kernels = triton_kernels(__name__, streams)
     if kernels is not None:
         return kernels.backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
-                                home, RMS_EPS)
+                                home, shared_gate, RMS_EPS)
     return reference_backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
-                              home)
+                              home, shared_gate)
 
 
 @_fused_backward.register_fake
 def _(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor, pre_logits: Tensor,
-      post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int) -> GRADIENTS:
+      post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
     n = streams.size(1)
     return (torch.empty_like(streams), torch.empty_like(phi), torch.empty_like(pre_logits),
             torch.empty_like(post_logits), pre_logits.new_empty(n, n), torch.empty_like(alpha),
@@ -119,29 +125,32 @@ def _(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, 
 
 
 def _setup_context(ctx, inputs: Tuple, output: Tuple[Tensor, Tensor, Tensor]) -> None:
-    streams, phi, pre_logits, post_logits, _, alpha, gate, home = inputs
+    streams, phi, pre_logits, post_logits, _, alpha, gate, home, shared_gate = inputs
     ctx.save_for_backward(streams, phi, pre_logits, post_logits, alpha, gate)
     ctx.home = home
+    ctx.shared_gate = shared_gate
 
 
 def _backward(ctx, grad_read: Tensor, grad_res: Tensor, grad_write: Tensor) -> Tuple[Optional[Tensor], ...]:
     streams, phi, pre_logits, post_logits, alpha, gate = ctx.saved_tensors
     return (*_fused_backward(grad_read.contiguous(), grad_res.float().contiguous(), grad_write.float().contiguous(),
-                             streams, phi, pre_logits, post_logits, alpha, gate, ctx.home), None)
+                             streams, phi, pre_logits, post_logits, alpha, gate, ctx.home, ctx.shared_gate),
+            None, None)
 
 
 _fused.register_autograd(_backward, setup_context=_setup_context)
 
 
 def mhc_read(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor,
-             alpha: Tensor, gate: Tensor, home: int, kernel: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
+             alpha: Tensor, gate: Tensor, home: int, shared_gate: bool,
+             kernel: str = "auto") -> Tuple[Tensor, Tensor, Tensor]:
     """:func:`read_reference` by the implementation ``kernel`` (:func:`.dispatch.runs_fused`), for streams (..., n, C):
     h (..., C), H_res's logits (..., n, n) and H_post (..., n). The fused operator reads the weights in their
     precision (a bf16 model's bf16) and computes in fp32, so that no cast of them runs each way."""
     if not runs_fused(kernel, streams):
-        return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home)
+        return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate)
     n, channels = streams.shape[-2:]
     batch = streams.shape[:-2]
     read, res, write = _fused(streams.reshape(-1, n, channels).contiguous(), phi.contiguous(), pre_logits,
-                              post_logits, res_logits.contiguous(), alpha, gate, home)
+                              post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
     return read.view(*batch, channels), res.view(*batch, n, n), write.view(*batch, n)

@@ -10,7 +10,7 @@ gradients:
   block on a GPU).
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -110,65 +110,74 @@ def sinkhorn(logits: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str 
     return sinkhorn_reference(logits, iterations)
 
 
-def mix_reference(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
-    """mHC's H_res as mixing rows (stream i into stream j), I + g (P^T - I) with P = :func:`sinkhorn_reference` of
-    ``logits`` (..., n, n) and g = clamp(gate, 0, 1) (the identity backward): doubly stochastic for g in [0, 1]."""
+def mix_reference(logits: Tensor, gate: Optional[Tensor], iterations: int = SINKHORN_ITERATIONS) -> Tensor:
+    """mHC's H_res as mixing rows (stream i into stream j), P^T with P = :func:`sinkhorn_reference` of ``logits``
+    (..., n, n), contiguous; with a ``gate`` (a checkpoint of the start before, :mod:`..methods.mhc`)
+    I + g (P^T - I) with g = clamp(gate, 0, 1) (the identity backward): doubly stochastic for g in [0, 1]."""
+    if gate is None:
+        return sinkhorn_reference(logits, iterations).transpose(-1, -2).contiguous()
     identity = torch.eye(logits.size(-1), device=logits.device)
     return identity + clamped_gate(gate) * (sinkhorn_reference(logits, iterations).transpose(-1, -2) - identity)
 
 
-def mix_reference_backward(logits: Tensor, gate: Tensor, grad: Tensor,
+def mix_reference_backward(logits: Tensor, gate: Optional[Tensor], grad: Tensor,
                            iterations: int = SINKHORN_ITERATIONS) -> Tuple[Tensor, Tensor]:
-    """The gradients of :func:`mix_reference`'s logits (P, n, n) and gate (in its precision) given ``grad`` of its
-    output."""
+    """The gradients of :func:`mix_reference`'s logits (P, n, n) and gate (in its precision; without a gate, an empty
+    tensor) given ``grad`` of its output."""
     grad = grad.float().transpose(-1, -2)
+    if gate is None:
+        return reference_backward(logits, grad, iterations), logits.new_empty(0)
     identity = torch.eye(logits.size(-1), device=logits.device)
     grad_gate = (grad * (sinkhorn_reference(logits, iterations) - identity)).sum()
     return reference_backward(logits, gate.float().clamp(0.0, 1.0) * grad, iterations), grad_gate.to(gate.dtype)
 
 
 @torch.library.custom_op("capsagg::mhc_mix", mutates_args=())
-def _mix_fused(logits: Tensor, gate: Tensor, iterations: int) -> Tensor:
+def _mix_fused(logits: Tensor, gate: Optional[Tensor], iterations: int) -> Tensor:
     kernels = triton_kernels(__name__, logits)
     if kernels is not None:
-        return kernels.forward(logits, iterations, gate)
+        return kernels.forward(logits, iterations, gate, transposed=True)
     return mix_reference(logits, gate, iterations)
 
 
 @_mix_fused.register_fake
-def _(logits: Tensor, gate: Tensor, iterations: int) -> Tensor:
+def _(logits: Tensor, gate: Optional[Tensor], iterations: int) -> Tensor:
     return torch.empty_like(logits)
 
 
 @torch.library.custom_op("capsagg::mhc_mix_backward", mutates_args=())
-def _mix_fused_backward(logits: Tensor, gate: Tensor, grad: Tensor, iterations: int) -> Tuple[Tensor, Tensor]:
+def _mix_fused_backward(logits: Tensor, gate: Optional[Tensor], grad: Tensor,
+                        iterations: int) -> Tuple[Tensor, Tensor]:
     kernels = triton_kernels(__name__, logits)
     if kernels is not None:
-        return kernels.backward(logits, grad, iterations, gate)
+        return kernels.backward(logits, grad, iterations, gate, transposed=True)
     return mix_reference_backward(logits, gate, grad, iterations)
 
 
 @_mix_fused_backward.register_fake
-def _(logits: Tensor, gate: Tensor, grad: Tensor, iterations: int) -> Tuple[Tensor, Tensor]:
-    return torch.empty_like(logits), torch.empty_like(gate)
+def _(logits: Tensor, gate: Optional[Tensor], grad: Tensor, iterations: int) -> Tuple[Tensor, Tensor]:
+    return torch.empty_like(logits), logits.new_empty(0) if gate is None else torch.empty_like(gate)
 
 
-def _mix_setup_context(ctx, inputs: Tuple[Tensor, Tensor, int], output: Tensor) -> None:
+def _mix_setup_context(ctx, inputs: Tuple[Tensor, Optional[Tensor], int], output: Tensor) -> None:
     ctx.save_for_backward(inputs[0], inputs[1])
     ctx.iterations = inputs[2]
 
 
-def _mix_backward(ctx, grad: Tensor) -> Tuple[Tensor, Tensor, None]:
+def _mix_backward(ctx, grad: Tensor) -> Tuple[Tensor, Optional[Tensor], None]:
     logits, gate = ctx.saved_tensors
-    return (*_mix_fused_backward(logits, gate, grad.contiguous(), ctx.iterations), None)
+    grad_logits, grad_gate = _mix_fused_backward(logits, gate, grad.contiguous(), ctx.iterations)
+    return grad_logits, None if gate is None else grad_gate, None
 
 
 _mix_fused.register_autograd(_mix_backward, setup_context=_mix_setup_context)
 
 
-def mhc_mix(logits: Tensor, gate: Tensor, iterations: int = SINKHORN_ITERATIONS, kernel: str = "auto") -> Tensor:
-    """:func:`mix_reference` by the implementation ``kernel`` (:func:`.dispatch.runs_fused`): fused, Sinkhorn-Knopp and
-    the blend as one operator each way (``capsagg::mhc_mix``), which reads the gate in its precision."""
+def mhc_mix(logits: Tensor, gate: Optional[Tensor], iterations: int = SINKHORN_ITERATIONS,
+            kernel: str = "auto") -> Tensor:
+    """:func:`mix_reference` by the implementation ``kernel`` (:func:`.dispatch.runs_fused`): fused, Sinkhorn-Knopp,
+    the transpose and any blend as one operator each way (``capsagg::mhc_mix``), which reads a gate in its
+    precision."""
     if not runs_fused(kernel, logits):
         return mix_reference(logits, gate, iterations)
     with torch.autocast(device_type=logits.device.type, enabled=False):

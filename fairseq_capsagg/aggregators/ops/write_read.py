@@ -158,24 +158,24 @@ def hyper_write_read(streams: Tensor, mix: Tensor, write: Tensor, block_input: T
 
 def mhc_reference(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
                   readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor,
-                  alpha: Tensor, gate: Tensor, home: int) -> OUTPUTS:
+                  alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> OUTPUTS:
     """H' and the state sum_j o_j H'_j (:func:`.stream_write.write_reference`), then the next mHC's h', H_res's logits
     and H_post from H' (:func:`.mhc_read.read_reference`)."""
     out = stream_write.write_reference(streams, mix, write, block_input, block_output)
     return (out, stream_write.readout_reference(out, readout),
-            *mhc_read.read_reference(out, phi, pre_logits, post_logits, res_logits, alpha, gate, home))
+            *mhc_read.read_reference(out, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate))
 
 
 def mhc_reference_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor,
                            grad_next_res: Tensor, grad_next_write: Tensor, streams: Tensor, mix: Tensor,
                            write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor, phi: Tensor,
-                           pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
-                           home: int) -> GRADIENTS:
+                           pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int,
+                           shared_gate: bool) -> GRADIENTS:
     """The gradients of :func:`mhc_reference`'s inputs for positions (P, n, C), as
     :func:`hyper_reference_backward`'s."""
     out = stream_write.write_reference(streams, mix, write, block_input, block_output)
     grad_out, *read_grads = mhc_read.reference_backward(grad_next_input, grad_next_res, grad_next_write, out, phi,
-                                                        pre_logits, post_logits, alpha, gate, home)
+                                                        pre_logits, post_logits, alpha, gate, home, shared_gate)
     grad_out = grad_out if grad is None else grad_out + grad
     return (*stream_write.reference_backward(grad_out, grad_state, streams, mix, write, block_input, block_output,
                                              readout), *read_grads)
@@ -184,19 +184,19 @@ def mhc_reference_backward(grad: Optional[Tensor], grad_state: Optional[Tensor],
 @torch.library.custom_op("capsagg::mhc_write_read", mutates_args=())
 def _mhc(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
          phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
-         home: int) -> OUTPUTS:
+         home: int, shared_gate: bool) -> OUTPUTS:
     kernels = triton_kernels(mhc_read.__name__, streams)
     if kernels is not None:
         return kernels.forward_after_write(streams, mix, write, block_input, block_output, readout, phi, pre_logits,
-                                           post_logits, res_logits, alpha, gate, home, RMS_EPS)
+                                           post_logits, res_logits, alpha, gate, home, shared_gate, RMS_EPS)
     return mhc_reference(streams, mix, write, block_input, block_output, readout, phi, pre_logits, post_logits,
-                         res_logits, alpha, gate, home)
+                         res_logits, alpha, gate, home, shared_gate)
 
 
 @_mhc.register_fake
 def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
       phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
-      home: int) -> OUTPUTS:
+      home: int, shared_gate: bool) -> OUTPUTS:
     return _written_fakes(streams, block_input)
 
 
@@ -204,22 +204,22 @@ def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_ou
 def _mhc_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor, grad_next_res: Tensor,
                   grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor,
                   block_output: Tensor, readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor,
-                  alpha: Tensor, gate: Tensor, home: int) -> GRADIENTS:
+                  alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
     kernels = triton_kernels(mhc_read.__name__, streams)
     if kernels is not None:
         return kernels.backward_after_write(grad, grad_state, grad_next_input, grad_next_res, grad_next_write,
                                             streams, mix, write, block_input, block_output, readout, phi, pre_logits,
-                                            post_logits, alpha, gate, home, RMS_EPS)
+                                            post_logits, alpha, gate, home, shared_gate, RMS_EPS)
     return mhc_reference_backward(grad, grad_state, grad_next_input, grad_next_res, grad_next_write, streams, mix,
                                   write, block_input, block_output, readout, phi, pre_logits, post_logits, alpha,
-                                  gate, home)
+                                  gate, home, shared_gate)
 
 
 @_mhc_backward.register_fake
 def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor, grad_next_res: Tensor,
       grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
       readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
-      home: int) -> GRADIENTS:
+      home: int, shared_gate: bool) -> GRADIENTS:
     n = streams.size(1)
     return (*stream_write.gradient_fakes(streams, mix, write, block_input, block_output, readout),
             torch.empty_like(phi), torch.empty_like(pre_logits), torch.empty_like(post_logits),
@@ -227,14 +227,16 @@ def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Ten
 
 
 def _mhc_setup_context(ctx, inputs: Tuple, output: OUTPUTS) -> None:
-    *written, phi, pre_logits, post_logits, _, alpha, gate, home = inputs
+    *written, phi, pre_logits, post_logits, _, alpha, gate, home, shared_gate = inputs
     ctx.save_for_backward(*written, phi, pre_logits, post_logits, alpha, gate)
     ctx.home = home
+    ctx.shared_gate = shared_gate
     ctx.set_materialize_grads(False)  # H' is read by the next write; the state only after the top block
 
 
 def _mhc_autograd_backward(ctx, *grads: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
-    return (*_mhc_backward(*_gradients_from_above(ctx, grads), *ctx.saved_tensors, ctx.home), None)
+    return (*_mhc_backward(*_gradients_from_above(ctx, grads), *ctx.saved_tensors, ctx.home, ctx.shared_gate), None,
+            None)
 
 
 _mhc.register_autograd(_mhc_autograd_backward, setup_context=_mhc_setup_context)
@@ -242,10 +244,10 @@ _mhc.register_autograd(_mhc_autograd_backward, setup_context=_mhc_setup_context)
 
 def mhc_write_read(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
                    readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor,
-                   alpha: Tensor, gate: Tensor, home: int) -> OUTPUTS:
+                   alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> OUTPUTS:
     """:func:`mhc_reference` as one operator each way, for streams (..., n, C) and a write's r (..., n, n) and
     b (..., n) at every position: H', the state, h' (..., C), H_res's logits (..., n, n) and H_post (..., n)."""
     outputs = _mhc(*stream_write.flat_inputs(streams, mix, write, block_input, block_output), readout.contiguous(),
                    phi.contiguous(),
-                   pre_logits, post_logits, res_logits.contiguous(), alpha, gate, home)
+                   pre_logits, post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
     return _unflat(outputs, streams, block_input)

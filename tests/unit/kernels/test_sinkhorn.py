@@ -31,6 +31,21 @@ def test_a_wrong_kernel_is_caught():
         torch.testing.assert_close(sinkhorn_triton.forward(logits, 2), sinkhorn_reference(logits, 3), **TOLERANCE)
 
 
+def test_the_transposing_sinkhorn_kernels_compute_mhcs_mix_and_gradient():
+    """P^T (mHC's H_res as mixing rows, no gate) and the logits' gradient."""
+    generator = torch.Generator().manual_seed(6)
+    logits = (3 * torch.randn(37, 4, 4, generator=generator)).to(DEVICE).requires_grad_()
+    grad = torch.randn(37, 4, 4, generator=generator).to(DEVICE)
+    expected = mix_reference(logits, None, 20)
+    (expected_grad,) = torch.autograd.grad(expected, logits, grad)
+    got = sinkhorn_triton.forward(logits.detach(), 20, transposed=True)
+    torch.testing.assert_close(got, expected, **TOLERANCE)
+    torch.testing.assert_close(got.sum(-2), torch.ones(37, 4, device=DEVICE), rtol=0, atol=1e-5)  # each new stream's
+    got_grad, no_gate = sinkhorn_triton.backward(logits.detach(), grad, 20, transposed=True)
+    torch.testing.assert_close(got_grad, expected_grad, rtol=1e-5, atol=1e-5)
+    assert no_gate.numel() == 0
+
+
 @pytest.mark.parametrize("gate", [0.4, -0.3])
 def test_the_blending_sinkhorn_kernels_compute_mhcs_mix_and_gradients(gate):
     """I + g (P^T - I) and the gradients of the logits and the gate (the identity through the clamp)."""

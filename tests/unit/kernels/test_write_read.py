@@ -25,14 +25,14 @@ WRITE_READ = {
 
 def _write_read_case(family: str, positions: int, n: int, channels: int, seed: int):
     """H, r, b, h, y, o, then the next connection's read weights, random leaves (mHC's gate 0.6, inside its clamp),
-    and the arguments after them (mHC's home stream)."""
+    and the arguments after them (mHC's home stream, and its gate shared by H_post where n is even)."""
     generator = torch.Generator().manual_seed(seed)
     shapes = [(positions, n, channels), (positions, n, n), (positions, n), (positions, channels),
               (positions, channels), (n,), *WRITE_READ[family][2](n, channels)]
     leaves = [torch.randn(shape, generator=generator).to(DEVICE).requires_grad_() for shape in shapes]
     if family == "mhc":
         leaves[-1] = torch.tensor(0.6, device=DEVICE, requires_grad=True)
-    return leaves, ((n - 1,) if family == "mhc" else ())
+    return leaves, ((n - 1, n % 2 == 0) if family == "mhc" else ())
 
 
 def _read_by_backward(family: str, inputs):
