@@ -205,8 +205,12 @@ def compile_variant(variant: Dict[str, object], capability: int) -> Dict[str, ob
     try:
         with contextlib.redirect_stdout(log):  # where Triton prints ptxas' log
             kernel = triton.compile(source, target=GPUTarget("cuda", capability, 32), options=variant["options"])
-    except Exception as error:  # the compiler's error, whatever its kind, is the result
-        return {"compiled": False, "error": f"{type(error).__name__}: {error}".strip()[:2000]}
+    except Exception as error:  # the compiler's error, whatever its kind, is the result, with the errors under it
+        chain = []
+        while error is not None and len(chain) < 8:
+            chain.append(f"{type(error).__name__}: {error}".strip())
+            error = error.__cause__ or error.__context__
+        return {"compiled": False, "error": "\n".join(chain)[-4000:]}
     return {"compiled": True, **ptxas_resources(log.getvalue()), "shared_bytes": kernel.metadata.shared,
             "num_warps": kernel.metadata.num_warps}
 
@@ -269,9 +273,10 @@ def _cell(rows: Sequence[Dict[str, object]]) -> str:
 
 #: Why a kernel that spills is left as it is, by kernel.
 SPILL_NOTES: Dict[str, str] = {
-    "mhc_read._backward_kernel": "the write-and-read variant spills up to 4 registers (16 B, L1-cached) at "
-                                        "4 warps; at 8 warps it does not, but an SM then holds one program of 8 "
-                                        "warps instead of three of 4: left for a GPU timing to decide"}
+    "mhc_read._streams_backward_kernel": "the write-and-read variant in fp32 spills up to 80 B (L1-cached) at 8 "
+                                          "warps (in bf16 none): phi's tile and its gradient's stay in registers "
+                                          "across the positions; at 16 warps each thread holds 128 registers and it "
+                                          "spills more"}
 
 
 def markdown(rows: Sequence[Dict[str, object]], capabilities: Sequence[int]) -> str:

@@ -97,7 +97,8 @@ def test_a_training_step_through_the_launchers_computes_the_eager_models_logits_
         grads[name] = {n: p.grad.float() for n, p in model.named_parameters() if p.grad is not None}
     # the fused model ran its kernels each way, the eager ones none
     assert {v["origins"][0][3] for v in launched.values()} == {"fused"}
-    assert {v["function"] for v in launched.values()} == {"_forward_kernel", "_backward_kernel"}
+    functions = {v["function"] for v in launched.values()}
+    assert "_forward_kernel" in functions and {f.endswith("_backward_kernel") for f in functions} == {True, False}
     assert_as_close(logits["fused"], logits["eager"], logits["exact"], dtype)
     assert_as_close(grads["fused"], grads["eager"], grads["exact"], dtype)
 

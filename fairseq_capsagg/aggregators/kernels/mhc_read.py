@@ -1,14 +1,33 @@
-"""mHC's read in one Triton kernel each way (:mod:`.mhc_read`).
+"""mHC's read in Triton kernels (:mod:`..ops.mhc_read`): one forward, two backward.
 
 Per position, with the n streams H (n x C) read as one row of n C: D = RMSNorm(H) phi^T (2n + n^2), the logits
 pre, post and res, H_pre = e_home + g (sigmoid(pre) - e_home), H_post = 2 sigmoid(post) (with ``SHARED``, a
-checkpoint of the start before: 1 + g (2 sigmoid(post) - 1)) and h = sum_i H_pre,i H_i, in fp32 whatever the streams' precision. Each program holds ``BLOCK_P`` positions and walks
-their C channels in chunks of ``BLOCK_C``, every stream at once: the forward reads the streams twice (their RMS
-and projections, then the read), the backward four times (the logits, the read's gradient, RMSNorm's mean,
-the streams' gradient). n and 2n + n^2 are padded to powers of two with zeros. The backward writes, per program,
-its share of the gradients of phi, the static logits, alpha and the gate (summed afterwards), so that no two
-programs add into the same memory. Between two blocks the same kernels also run the write of the block below first
-(``WRITES``, :func:`forward_after_write`), as :mod:`.hyper_read`'s do.
+checkpoint of the start before: 1 + g (2 sigmoid(post) - 1)) and h = sum_i H_pre,i H_i, in fp32 whatever the
+streams' precision. Between two blocks the same kernels also run the write of the block below first (``WRITES``:
+H' from H, r, b, h and y, :mod:`.stream_write`), as :mod:`.hyper_read`'s do.
+
+What each kernel reads and writes, the streams being the large tensors (n C per position):
+
+* forward, a program per ``BLOCK_P`` positions: the streams once for their RMS and the projection D (``tl.dot`` of a
+  tile of positions with phi's columns, :func:`_dot`; phi read once a program), then once more for the read, which needs the
+  whole row's logits first; D and 1/RMS are stored for the backward (2n + n^2 + 1 floats a position). With
+  ``WRITES`` the first pass computes H' from the write's inputs and stores it and the state, the second reads H'
+  as stored.
+* backward, :func:`_weights_backward_kernel`, a program per ``WEIGHTS_BLOCK_P`` positions: the streams (H' as
+  stored) and dh once, for the read's gradient grad_a_i = dh . H_i; from it and the saved D and 1/RMS, the logits'
+  gradient G (2n + n^2), the read weights and RMSNorm's mean(g . normed) = G . D / (n C) (so no pass over the
+  streams recomputes it), stored per position; the static weights' gradients as one small row a program.
+* backward, :func:`_streams_backward_kernel`, a program per ``STREAMS_BLOCK_C`` channels of every stream and one of
+  ``SPLITS`` ranges of positions: phi's columns read once, the streams (with ``WRITES``: the write's inputs, from
+  which H' is recomputed) and dh once; the streams' gradient 1/RMS (G phi - normed mean(g . normed)) + H_pre dh
+  (``tl.dot``), and phi's gradient G^T normed accumulated over the range's positions (``tl.dot``) and stored once a
+  program (summed over the ranges afterwards: deterministic). With ``WRITES`` the gradient of H' from above and the
+  state's are added and the write's backward runs on the sum, its per-position sums over channels (the gradients of
+  r and b) stored per channel block and summed afterwards.
+
+So each pass reads the streams once; the two that the per-position logits force (they need the whole row before any
+channel's output) are the floor without holding the row on chip. n and 2n + n^2 are padded to powers of two
+(2n + n^2 to at least 16, ``tl.dot``'s smallest tile) with zeros.
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
@@ -17,12 +36,23 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import position_kernel
-from .stream_write import (block_write_weights, gathered_write_gradients, read_chunk, read_streams_gradient,
-                           store_write_gradients, store_written, write_gradients, write_outputs)
+from .common import position_kernel, stream_chunk
+from .stream_write import (add_state_gradient, block_write_weights, read_chunk, store_written, write_backward_from,
+                           write_inputs, write_outputs, write_weights, written_from)
 
-BLOCK_P = 4
-BLOCK_C = 16
+#: Forward: positions per program (phi is read once a program) and channels per chunk (of each stream: at least 16
+#: in all, ``tl.dot``'s smallest tile), in 8 warps.
+BLOCK_P = 64
+BLOCK_C = 8
+#: Backward, the read's gradient: positions per program, channels per chunk.
+WEIGHTS_BLOCK_P = 16
+WEIGHTS_BLOCK_C = 64
+#: Backward, the streams' and phi's gradients: positions per tile, channels per program (in 8 warps, phi's tile and its
+#: gradient's, K x n x 32 each, in registers), ranges of positions (phi's gradient is written once a range: SPLITS
+#: shares of phi at every batch size, so that a 16k-token batch has channel blocks x SPLITS programs).
+STREAMS_BLOCK_P = 16
+STREAMS_BLOCK_C = 32
+SPLITS = 32
 
 
 @triton.jit
@@ -31,63 +61,74 @@ def _sigmoid(x):
 
 
 @triton.jit
-def _phi(phi_ptr, i, k, c, n, outputs, channels):
-    """phi (N, K, BLOCK_C) of chunk c: column i C + c of row k, zero where padded."""
-    inside = (i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels)
-    return tl.load(phi_ptr + k[None, :, None] * n * channels + i[:, None, None] * channels + c[None, None, :],
-                   mask=inside, other=0.0).to(tl.float32)
+def _phi_tile(phi_ptr, k, i, c, n, outputs, channels, N: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr):
+    """phi's columns i C + c for every row k, as (K, N * BLOCK_C) fp32 with stream i's channels together; zero where
+    padded."""
+    inside = (k[:, None, None] < outputs) & (i[None, :, None] < n) & (c[None, None, :] < channels)
+    w = tl.load(phi_ptr + k[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :],
+                mask=inside, other=0.0).to(tl.float32)
+    return tl.reshape(w, (K, N * BLOCK_C))
 
 
 @triton.jit
-def _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr, state_ptr, p, i,
-            k, live, n, channels, eps, like_ptr, WRITES: tl.constexpr, STORES: tl.constexpr,
-            BLOCK_P: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BLOCK_C: tl.constexpr):
-    """1 / RMS of each position's n C row (P) and D = RMSNorm(row) phi^T (P, K); the streams read as
-    :func:`.stream_write.read_chunk` reads them, and with ``STORES`` the H' and state it computed stored."""
-    outputs = 2 * n + n * n
-    total = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    acc = tl.zeros((BLOCK_P, K), dtype=tl.float32)
-    for start in range(0, channels, BLOCK_C):
-        c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, like_ptr,
-                       WRITES)
-        if STORES:
-            store_written(written_ptr, state_ptr, x, readout, p, i, c, live, n, channels)
-        total += tl.sum(tl.sum(x * x, axis=2), axis=1)
-        w = _phi(phi_ptr, i, k, c, n, outputs, channels)
-        acc += tl.sum(tl.sum(x[:, :, None, :] * w[None, :, :, :], axis=3), axis=1)
-    inverse_rms = 1.0 / tl.sqrt(total / (n * channels) + eps)
-    return inverse_rms, acc * inverse_rms[:, None]
+def _dot(a, b, LOW: tl.constexpr):
+    """a @ b of fp32 tiles, accumulated in fp32: in a half-precision model (``LOW``) on the tensor cores in TF32, whose
+    10-bit mantissa holds bf16 and fp16 values exactly (the forward's streams and phi; the backward's fp32 gradients
+    rounded there, below the model's own rounding of them), else in exact fp32."""
+    if LOW:
+        return tl.dot(a, b, input_precision="tf32")
+    return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
-def _pick(dynamic, i, k, offset):
-    """dynamic[:, offset + i] as (P, N) from (P, K)."""
-    return tl.sum(tl.where(k[None, None, :] == offset + i[None, :, None], dynamic[:, None, :], 0.0), axis=2)
+def _pick(values, i, k, offset):
+    """values[:, offset + i] as (P, N) from (P, K)."""
+    return tl.sum(tl.where(k[None, None, :] == offset + i[None, :, None], values[:, None, :], 0.0), axis=2)
+
+
+@triton.jit
+def _static(ptr, i, n):
+    return tl.load(ptr + i, mask=i < n, other=0.0).to(tl.float32)[None, :]
 
 
 @position_kernel
 def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
-                    out_write_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, written_ptr,
-                    state_ptr, positions, n, channels, home, eps, WRITES: tl.constexpr, SHARED: tl.constexpr,
-                    N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                    out_write_ptr, dynamic_ptr, inverse_rms_ptr, block_mix_ptr, block_write_ptr, input_ptr,
+                    output_ptr, readout_ptr, written_ptr, state_ptr, positions, n, channels, home, eps,
+                    WRITES: tl.constexpr, SHARED: tl.constexpr, LOW: tl.constexpr, N: tl.constexpr,
+                    K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, N)
     k = tl.arange(0, K)
     live = p < positions
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
+    outputs = 2 * n + n * n
     dtype = out_ptr.dtype.element_ty
     block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
                                                           BLOCK_P, N, WRITES)
-    _, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout, written_ptr,
-                         state_ptr, p, i, k, live, n, channels, eps, out_ptr, WRITES, WRITES, BLOCK_P, N, K, BLOCK_C)
+    # pass 1: the row's sum of squares and its projection on phi's rows (with WRITES: H' computed and stored)
+    total = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    projected = tl.zeros((BLOCK_P, K), dtype=tl.float32)
+    for start in range(0, channels, BLOCK_C):
+        c = start + tl.arange(0, BLOCK_C)
+        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, out_ptr,
+                       WRITES)
+        if WRITES:
+            store_written(written_ptr, state_ptr, x, readout, p, i, c, live, n, channels)
+        total += tl.sum(tl.sum(x * x, axis=2), axis=1)
+        w = _phi_tile(phi_ptr, k, i, c, n, outputs, channels, N, K, BLOCK_C)
+        projected += _dot(tl.reshape(x, (BLOCK_P, N * BLOCK_C)), tl.trans(w), LOW)
+    inverse_rms = 1.0 / tl.sqrt(total / (n * channels) + eps)
+    dynamic = projected * inverse_rms[:, None]
+    tl.store(dynamic_ptr + p[:, None] * outputs + k[None, :], dynamic, mask=live[:, None] & (k[None, :] < outputs))
+    tl.store(inverse_rms_ptr + p, inverse_rms, mask=live)
     alpha_pre = tl.load(alpha_ptr).to(tl.float32)
     alpha_post = tl.load(alpha_ptr + 1).to(tl.float32)
     alpha_res = tl.load(alpha_ptr + 2).to(tl.float32)
     g = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
-    pre = tl.load(pre_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + alpha_pre * _pick(dynamic, i, k, 0)
-    post = tl.load(post_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :] + alpha_post * _pick(dynamic, i, k, n)
+    pre = _static(pre_ptr, i, n) + alpha_pre * _pick(dynamic, i, k, 0)
+    post = _static(post_ptr, i, n) + alpha_post * _pick(dynamic, i, k, n)
     read = g * _sigmoid(pre) + tl.where(i[None, :] == home, 1.0 - g, 0.0)
     if SHARED:
         write = 1.0 + g * (2.0 * _sigmoid(post) - 1.0)
@@ -99,26 +140,29 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     res = tl.sum(tl.where(k[None, None, None, :] == ij[None, :, :, None], dynamic[:, None, None, :], 0.0), axis=3)
     ij_live = i_live[:, None] & i_live[None, :]
     static_res = tl.load(res_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0).to(tl.float32)
-    res = static_res[None, :, :] + alpha_res * res
-    tl.store(out_res_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :], res,
-             mask=live[:, None, None] & ij_live[None, :, :])
+    tl.store(out_res_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :],
+             static_res[None, :, :] + alpha_res * res, mask=live[:, None, None] & ij_live[None, :, :])
+    # pass 2: the read, of the streams (with WRITES: of H' as stored by this program)
     read = read.to(dtype).to(tl.float32)  # the reference weighs in the streams' dtype
+    source = streams_ptr
+    if WRITES:
+        source = written_ptr
+        tl.debug_barrier()  # this program's stores of H' visible to all its threads
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels, out_ptr,
-                       WRITES)
+        x = stream_chunk(source, p, i, c, live, n, channels)
         tl.store(out_ptr + p[:, None] * channels + c[None, :], tl.sum(read[:, :, None] * x, axis=1).to(dtype),
                  mask=live[:, None] & (c[None, :] < channels))
 
 
 @position_kernel
-def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_ptr, pre_ptr, post_ptr, alpha_ptr,
-                     gate_ptr, grad_streams_ptr, phi_shares_ptr, small_shares_ptr, grad_ptr, grad_state_ptr,
-                     block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_block_mix_ptr,
-                     grad_block_write_ptr, grad_input_ptr, grad_output_ptr, readout_shares_ptr, positions, n, channels,
-                     home, eps, WRITES: tl.constexpr, HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr,
-                     SHARED: tl.constexpr, N: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr,
-                     BLOCK_C: tl.constexpr):
+def _weights_backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, dynamic_ptr, pre_ptr, post_ptr,
+                             alpha_ptr, gate_ptr, grad_dynamic_ptr, scalars_ptr, small_shares_ptr, positions, n,
+                             channels, home, SHARED: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                             BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Per position: G, the logits' gradient, into grad_dynamic (P, 2n + n^2); H_pre and mean(g . normed) into
+    scalars (P, n + 1); the static weights' gradients (b_pre, b_post, b_res, alpha, the gate) of this program's
+    positions as one row of small_shares."""
     program = tl.program_id(0)
     p = program * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, N)
@@ -127,30 +171,24 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
     outputs = 2 * n + n * n
-    block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
-                                                          BLOCK_P, N, WRITES)
-    inverse_rms, dynamic = _logits(streams_ptr, phi_ptr, block_mix, block_write, input_ptr, output_ptr, readout,
-                                   grad_ptr, grad_ptr, p, i, k, live, n, channels, eps, grad_streams_ptr, WRITES, False,
-                                   BLOCK_P, N, K, BLOCK_C)
-    # the read's weights' gradient grad_a_i = grad_h . H_i
+    # the read's weights' gradient grad_a_i = dh . H_i
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
         c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
-                       grad_streams_ptr, WRITES)
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
                          mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
         grad_a += tl.sum(grad_h[:, None, :] * x, axis=2)
+    pk_live = live[:, None] & (k[None, :] < outputs)
+    dynamic = tl.load(dynamic_ptr + p[:, None] * outputs + k[None, :], mask=pk_live, other=0.0)
     alpha_pre = tl.load(alpha_ptr).to(tl.float32)
     alpha_post = tl.load(alpha_ptr + 1).to(tl.float32)
     alpha_res = tl.load(alpha_ptr + 2).to(tl.float32)
     g = tl.minimum(tl.maximum(tl.load(gate_ptr).to(tl.float32), 0.0), 1.0)
     dynamic_pre = _pick(dynamic, i, k, 0)
     dynamic_post = _pick(dynamic, i, k, n)
-    pre_sigmoid = _sigmoid(tl.load(pre_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :]
-                           + alpha_pre * dynamic_pre)
-    post_sigmoid = _sigmoid(tl.load(post_ptr + i, mask=i_live, other=0.0).to(tl.float32)[None, :]
-                            + alpha_post * dynamic_post)
+    pre_sigmoid = _sigmoid(_static(pre_ptr, i, n) + alpha_pre * dynamic_pre)
+    post_sigmoid = _sigmoid(_static(post_ptr, i, n) + alpha_post * dynamic_post)
     home_hot = tl.where(i[None, :] == home, 1.0, 0.0)
     read = home_hot + g * (pre_sigmoid - home_hot)
     grad_write = tl.load(grad_write_ptr + p[:, None] * n + i[None, :], mask=pi_live, other=0.0)
@@ -161,7 +199,7 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     if SHARED:
         grad_post = g * grad_post
         grad_gate += grad_write * (2.0 * post_sigmoid - 1.0)
-    # H_res's logits' gradient scattered to D's columns 2n + i n + j, and H_pre's and H_post's to i and n + i
+    # H_res's logits' gradient at D's columns 2n + i n + j, and H_pre's and H_post's at i and n + i
     res_offset = k - 2 * n
     in_res = (res_offset >= 0) & (res_offset < n * n)
     grad_res = tl.load(grad_res_ptr + p[:, None] * n * n + res_offset[None, :], mask=live[:, None] & in_res[None, :],
@@ -169,6 +207,10 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     scatter_pre = tl.sum(tl.where(k[None, None, :] == i[None, :, None], grad_pre[:, :, None], 0.0), axis=1)
     scatter_post = tl.sum(tl.where(k[None, None, :] == n + i[None, :, None], grad_post[:, :, None], 0.0), axis=1)
     grad_dynamic = alpha_pre * scatter_pre + alpha_post * scatter_post + alpha_res * grad_res
+    tl.store(grad_dynamic_ptr + p[:, None] * outputs + k[None, :], grad_dynamic, mask=pk_live)
+    # RMSNorm's backward needs mean(g . normed) over the row, g = G phi: sum_k G_k D_k / (n C), D = normed phi^T
+    tl.store(scalars_ptr + p[:, None] * (n + 1) + i[None, :], read, mask=pi_live)
+    tl.store(scalars_ptr + p * (n + 1) + n, tl.sum(grad_dynamic * dynamic, axis=1) / (n * channels), mask=live)
     # this program's shares: b_pre (n), b_post (n), b_res (n n), alpha (3), the gate (1), in one row
     small = small_shares_ptr + program * (2 * n + n * n + 4)
     tl.store(small + i, tl.sum(grad_pre, axis=0), mask=i_live)
@@ -179,47 +221,91 @@ def _backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, phi_
     tl.store(tail + 1, tl.sum(tl.sum(grad_post * dynamic_post, axis=1), axis=0))
     tl.store(tail + 2, tl.sum(tl.sum(grad_res * dynamic, axis=1), axis=0))
     tl.store(tail + 3, tl.sum(tl.sum(grad_gate, axis=1), axis=0))
-    # RMSNorm's backward over the n C row needs mean(g * normed), g = grad_dynamic phi
-    projected = tl.zeros((BLOCK_P,), dtype=tl.float32)
-    for start in range(0, channels, BLOCK_C):
-        c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
-                       grad_streams_ptr, WRITES)
-        w = _phi(phi_ptr, i, k, c, n, outputs, channels)
-        gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)  # (P, N, C)
-        projected += tl.sum(tl.sum(gn * x, axis=2), axis=1)
-    projected = projected * inverse_rms / (n * channels)
-    # the streams' gradient and this program's share of phi's; where the write comes first, H''s gradient from above
-    # and the state's added, and the write's backward run on the sum
-    grad_block_mix = tl.zeros((BLOCK_P, N, N), dtype=tl.float32)
-    grad_block_write = tl.zeros((BLOCK_P, N), dtype=tl.float32)
+
+
+@position_kernel
+def _streams_backward_kernel(grad_h_ptr, streams_ptr, phi_ptr, grad_dynamic_ptr, inverse_rms_ptr, scalars_ptr,
+                             grad_streams_ptr, phi_shares_ptr, grad_ptr, grad_state_ptr, block_mix_ptr,
+                             block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_input_ptr, grad_output_ptr,
+                             write_shares_ptr, readout_shares_ptr, positions, n, channels, WRITES: tl.constexpr,
+                             HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr, LOW: tl.constexpr, N: tl.constexpr,
+                             K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Channels c of every stream over one range of positions: the streams' gradient (with WRITES: the write's
+    backward run on H''s), this range's share of phi's gradient at c, and with WRITES the gradients of r and b summed
+    over c (one share per channel block) and the readout's share."""
+    block = tl.program_id(0)
+    split = tl.program_id(1)
+    c = block * BLOCK_C + tl.arange(0, BLOCK_C)
+    i = tl.arange(0, N)
+    k = tl.arange(0, K)
+    outputs = 2 * n + n * n
+    blocks = tl.num_programs(0)
+    # phi's columns of this block, once; its gradient's, accumulated over the range's positions
+    w = _phi_tile(phi_ptr, k, i, c, n, outputs, channels, N, K, BLOCK_C)  # (K, N BLOCK_C)
+    grad_phi = tl.zeros((K, N * BLOCK_C), dtype=tl.float32)
     grad_readout = tl.zeros((N,), dtype=tl.float32)
-    for start in range(0, channels, BLOCK_C):
-        c = start + tl.arange(0, BLOCK_C)
-        x = read_chunk(streams_ptr, block_mix, block_write, input_ptr, output_ptr, p, i, c, live, n, channels,
-                       grad_streams_ptr, WRITES)
-        w = _phi(phi_ptr, i, k, c, n, outputs, channels)
-        gn = tl.sum(grad_dynamic[:, None, :, None] * w[None, :, :, :], axis=2)
+    tiles = tl.cdiv(tl.cdiv(positions, BLOCK_P), tl.num_programs(1))
+    for tile in range(split * tiles, (split + 1) * tiles):
+        p = tile * BLOCK_P + tl.arange(0, BLOCK_P)
+        live = p < positions
+        pc_live = live[:, None] & (c[None, :] < channels)
+        pk_live = live[:, None] & (k[None, :] < outputs)
+        grad_dynamic = tl.load(grad_dynamic_ptr + p[:, None] * outputs + k[None, :], mask=pk_live, other=0.0)
+        inverse_rms = tl.load(inverse_rms_ptr + p, mask=live, other=0.0)
+        read = tl.load(scalars_ptr + p[:, None] * (n + 1) + i[None, :], mask=live[:, None] & (i[None, :] < n),
+                       other=0.0)
+        mean_projected = tl.load(scalars_ptr + p * (n + 1) + n, mask=live, other=0.0)
+        if WRITES:
+            block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live,
+                                                            n)
+            before, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n,
+                                                             channels)
+            x = written_from(before, block_input, block_output, block_mix, block_write, grad_streams_ptr, N)
+        else:
+            x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         normed = x * inverse_rms[:, None, None]
-        grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :],
-                         mask=live[:, None] & (c[None, :] < channels), other=0.0).to(tl.float32)
-        grad_x = inverse_rms[:, None, None] * (gn - normed * projected[:, None, None]) \
+        gn = tl.reshape(_dot(grad_dynamic, w, LOW), (BLOCK_P, N, BLOCK_C))
+        grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)
+        grad_x = inverse_rms[:, None, None] * (gn - normed * mean_projected[:, None, None]) \
             + read[:, :, None] * grad_h[:, None, :]
-        grad_phi = tl.sum(grad_dynamic[:, None, :, None] * normed[:, :, None, :], axis=0)  # (N, K, C)
-        tl.store(phi_shares_ptr + program * outputs * n * channels + k[None, :, None] * n * channels
-                 + i[:, None, None] * channels + c[None, None, :], grad_phi,
-                 mask=(i[:, None, None] < n) & (k[None, :, None] < outputs) & (c[None, None, :] < channels))
-        grad_block_mix, grad_block_write, grad_readout = read_streams_gradient(
-            grad_x, x, grad_ptr, grad_state_ptr, streams_ptr, input_ptr, output_ptr, block_mix, block_write, readout,
-            grad_streams_ptr, grad_input_ptr, grad_output_ptr, grad_block_mix, grad_block_write, grad_readout, p, i, c,
-            live, n, channels, WRITES, HAS_GRAD, HAS_STATE)
+        grad_phi += _dot(tl.trans(grad_dynamic), tl.reshape(normed, (BLOCK_P, N * BLOCK_C)), LOW)
+        inside = pc_live[:, None, :] & (i[None, :, None] < n)
+        offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
+        if WRITES:
+            if HAS_GRAD:
+                grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+            if HAS_STATE:
+                grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c,
+                                                          live, channels)
+            grad_mix, grad_write = write_backward_from(
+                grad_x, before, block_input, block_output, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
+                grad_output_ptr, tl.zeros((BLOCK_P, N, N), dtype=tl.float32), tl.zeros((BLOCK_P, N), dtype=tl.float32),
+                p, i, c, live, n, channels)
+            # this channel block's share of the per-position sums: r's n n, then b's n
+            share = write_shares_ptr + (p[:, None] * blocks + block) * (n * n + n)
+            pi_live = live[:, None] & (i[None, :] < n)
+            tl.store(share[:, :, None] + i[None, :, None] * n + i[None, None, :], grad_mix,
+                     mask=pi_live[:, :, None] & (i[None, None, :] < n))
+            tl.store(share + n * n + i[None, :], grad_write, mask=pi_live)
+        else:
+            tl.store(grad_streams_ptr + offsets, grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
+    columns = tl.reshape(i[:, None] * channels + c[None, :], (N * BLOCK_C,))
+    column_live = tl.reshape((i[:, None] < n) & (c[None, :] < channels), (N * BLOCK_C,))
+    tl.store(phi_shares_ptr + split * outputs * n * channels + k[:, None] * n * channels + columns[None, :], grad_phi,
+             mask=(k[:, None] < outputs) & column_live[None, :])
     if WRITES:
-        store_write_gradients(grad_block_mix_ptr, grad_block_write_ptr, readout_shares_ptr, grad_block_mix,
-                              grad_block_write, grad_readout, program, p, i, live, n)
+        tl.store(readout_shares_ptr + (split * blocks + block) * n + i, grad_readout, mask=i < n)
 
 
-def _meta(positions: int, n: int):
-    return (triton.cdiv(positions, BLOCK_P),), triton.next_power_of_2(n), triton.next_power_of_2(2 * n + n * n)
+def _widths(n: int):
+    """N and K: n and 2n + n^2 padded to powers of two, K to at least ``tl.dot``'s 16."""
+    return triton.next_power_of_2(n), max(16, triton.next_power_of_2(2 * n + n * n))
+
+
+def _low_precision(streams: torch.Tensor, phi: torch.Tensor) -> bool:
+    """Whether the tile products run on the tensor cores in TF32 (:func:`_dot`): in a half-precision model, the
+    streams and phi both bf16 or both fp16."""
+    return streams.dtype == phi.dtype and streams.dtype in (torch.bfloat16, torch.float16)
 
 
 def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps, written_by=None):
@@ -227,18 +313,23 @@ def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, hom
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
     res = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
     write = torch.empty(positions, n, dtype=torch.float32, device=streams.device)
+    dynamic = torch.empty(positions, 2 * n + n * n, dtype=torch.float32, device=streams.device)
+    inverse_rms = torch.empty(positions, dtype=torch.float32, device=streams.device)
     writes = write_outputs(streams, written_by)
-    grid, width, outputs = _meta(positions, n)
-    _forward_kernel[grid](streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, *writes,
-                          positions, n, channels, home, eps, WRITES=written_by is not None, SHARED=shared_gate,
-                          N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
-    return (out, res, write) if written_by is None else (*writes[5:], out, res, write)
+    width, outputs = _widths(n)
+    _forward_kernel[(triton.cdiv(positions, BLOCK_P),)](
+        streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, dynamic, inverse_rms, *writes,
+        positions, n, channels, home, eps, WRITES=written_by is not None, SHARED=shared_gate,
+        LOW=_low_precision(streams, phi), N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=max(BLOCK_C, 16 // width),
+        num_warps=8)
+    read = (out, res, write, dynamic, inverse_rms)
+    return read if written_by is None else (*writes[5:], *read)
 
 
 def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps):
     """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
     (P, n, C) and phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate, each in any precision (read in
-    fp32)."""
+    fp32); then, for the backward, D (P, 2n + n^2) and 1/RMS (P), fp32."""
     return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps)
 
 
@@ -246,23 +337,43 @@ def forward_after_write(streams, block_mix, block_write, block_input, block_outp
                         post_logits, res_logits, alpha, gate, home, shared_gate, eps):
     """The block's write (:func:`.stream_write.forward`: H' and the state from H (P, n, C), its r (P, n, n),
     b (P, n), h and y (P, C) and o (n)), then the next block's read of H' (:func:`forward`), in one kernel: H', the
-    state, h', H_res's logits and H_post."""
+    state, h', H_res's logits, H_post, D and 1/RMS."""
     return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps,
                     (block_mix, block_write, block_input, block_output, readout))
 
 
-def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, shared_gate,
-              eps, written_by=None, grad=None, grad_state=None):
+def _backward(grad_read, grad_res, grad_write, read_streams, streams, phi, pre_logits, post_logits, alpha, gate,
+              dynamic, inverse_rms, home, shared_gate, written_by=None, grad=None, grad_state=None):
+    """``read_streams``: the streams the read read (H' as stored, where the write comes first); ``streams``: the
+    kernel's streams argument (H before the write, where it comes first)."""
     positions, n, channels = streams.shape
-    grid, width, outputs = _meta(positions, n)
+    width, outputs = _widths(n)
+    device = streams.device
+    grad_dynamic = torch.empty(positions, 2 * n + n * n, dtype=torch.float32, device=device)
+    scalars = torch.empty(positions, n + 1, dtype=torch.float32, device=device)
+    programs = triton.cdiv(positions, WEIGHTS_BLOCK_P)
+    small_shares = torch.empty(programs, 2 * n + n * n + 4, dtype=torch.float32, device=device)
+    _weights_backward_kernel[(programs,)](
+        grad_read, grad_res, grad_write, read_streams, dynamic, pre_logits, post_logits, alpha, gate, grad_dynamic,
+        scalars, small_shares, positions, n, channels, home, SHARED=shared_gate, N=width, K=outputs,
+        BLOCK_P=WEIGHTS_BLOCK_P, BLOCK_C=WEIGHTS_BLOCK_C)
+    blocks = triton.cdiv(channels, STREAMS_BLOCK_C)
+    splits = SPLITS  # whatever the batch: phi's gradient costs the same shares at every batch size
     grad_streams = torch.empty_like(streams)
-    phi_shares = torch.empty(grid[0], *phi.shape, dtype=torch.float32, device=streams.device)
-    small_shares = torch.empty(grid[0], 2 * n + n * n + 4, dtype=torch.float32, device=streams.device)
-    writes = write_gradients(streams, written_by, grad, grad_state, grid[0])
-    _backward_kernel[grid](grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
-                           grad_streams, phi_shares, small_shares, *writes, positions, n, channels, home, eps,
-                           WRITES=written_by is not None, HAS_GRAD=grad is not None,
-                           HAS_STATE=grad_state is not None, SHARED=shared_gate, N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+    phi_shares = torch.empty(splits, *phi.shape, dtype=torch.float32, device=device)
+    if written_by is None:
+        write_args = (streams,) * 11
+    else:
+        block_mix, block_write, block_input, block_output, readout = written_by
+        write_args = (streams if grad is None else grad, streams if grad_state is None else grad_state, *written_by,
+                      torch.empty_like(block_input), torch.empty_like(block_output),
+                      torch.empty(positions, blocks, n * n + n, dtype=torch.float32, device=device),
+                      torch.empty(splits * blocks, n, dtype=torch.float32, device=device))
+    _streams_backward_kernel[(blocks, splits)](
+        grad_read, streams, phi, grad_dynamic, inverse_rms, scalars, grad_streams, phi_shares, *write_args, positions,
+        n, channels, WRITES=written_by is not None, HAS_GRAD=grad is not None, HAS_STATE=grad_state is not None,
+        LOW=_low_precision(streams, phi), N=width, K=outputs, BLOCK_P=STREAMS_BLOCK_P, BLOCK_C=STREAMS_BLOCK_C, num_warps=8, num_stages=1)
+
     def summed(start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
         """The programs' shares of columns start..stop summed: each gradient its own tensor (an operator's outputs
         never alias one another)."""
@@ -275,22 +386,29 @@ def _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_lo
                   summed(alpha_start, alpha_start + 3, alpha.dtype), small_shares[:, -1].sum(0).to(gate.dtype))
     if written_by is None:
         return (grad_streams, *read_grads)
-    return (grad_streams, *gathered_write_gradients(writes), *read_grads)
+    write_shares = write_args[9]  # each gradient summed on its own: an operator's outputs never alias one another
+    grad_mix = write_shares[..., :n * n].sum(1).view(positions, n, n).to(block_mix.dtype)
+    grad_write = write_shares[..., n * n:].sum(1).to(block_write.dtype)
+    grad_readout = write_args[10].sum(0).to(readout.dtype)
+    return (grad_streams, grad_mix, grad_write, write_args[7], write_args[8], grad_readout, *read_grads)
 
 
-def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home, shared_gate,
-             eps):
-    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs, each
-    in its input's precision (b_res's in b_pre's; the small ones cast at once: one module's weights)."""
-    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home,
-                     shared_gate, eps)
+def backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, dynamic,
+             inverse_rms, home, shared_gate):
+    """The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate given those of the outputs and the
+    forward's D and 1/RMS, each in its input's precision (b_res's in b_pre's; the small ones cast at once: one
+    module's weights)."""
+    return _backward(grad_read, grad_res, grad_write, streams, streams, phi, pre_logits, post_logits, alpha, gate,
+                     dynamic, inverse_rms, home, shared_gate)
 
 
-def backward_after_write(grad, grad_state, grad_read, grad_res, grad_write, streams, block_mix, block_write,
-                         block_input, block_output, readout, phi, pre_logits, post_logits, alpha, gate, home,
-                         shared_gate, eps):
+def backward_after_write(grad, grad_state, grad_read, grad_res, grad_write, streams, written, block_mix, block_write,
+                         block_input, block_output, readout, phi, pre_logits, post_logits, alpha, gate, dynamic,
+                         inverse_rms, home, shared_gate):
     """:func:`forward_after_write`'s backward: the gradients of H, r, b, h, y, o, phi, b_pre, b_post, b_res, alpha and
-    the gate given those of H' and the state (None: not used) and of h', H_res's logits and H_post; H''s complete
-    gradient is summed in registers and never stored."""
-    return _backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate, home,
-                     shared_gate, eps, (block_mix, block_write, block_input, block_output, readout), grad, grad_state)
+    the gate given those of H' and the state (None: not used) and of h', H_res's logits and H_post, with the H'
+    the forward stored (``written``) and its D and 1/RMS; H''s complete gradient is summed in registers and never
+    stored."""
+    return _backward(grad_read, grad_res, grad_write, written, streams, phi, pre_logits, post_logits, alpha, gate,
+                     dynamic, inverse_rms, home, shared_gate, (block_mix, block_write, block_input, block_output,
+                                                               readout), grad, grad_state)

@@ -38,18 +38,50 @@ def write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n):
 
 
 @triton.jit
-def written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels, like_ptr):
-    """H' (P, N_j, BLOCK_C) of chunk c as stored (rounded to the streams' dtype, ``like_ptr``'s), in fp32:
-    b_j y + (sum_i r_ij H_i - b_j h), in the reference's order."""
+def write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n, channels):
+    """The write's inputs of chunk c in fp32, zero where padded: H (P, N_i, BLOCK_C), h and y (P, BLOCK_C)."""
     pc_live = live[:, None] & (c[None, :] < channels)
     inside = pc_live[:, None, :] & (i[None, :, None] < n)
     block_input = tl.load(input_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)
     block_output = tl.load(output_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)
     streams = tl.load(streams_ptr + p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :],
-                      mask=inside, other=0.0).to(tl.float32)  # (P, N_i, C)
-    mixed = tl.sum(mix[:, :, :, None] * streams[:, :, None, :], axis=1)  # (P, N_j, C)
-    kept = mixed - write[:, :, None] * block_input[:, None, :]
+                      mask=inside, other=0.0).to(tl.float32)
+    return streams, block_input, block_output
+
+
+@triton.jit
+def _slice(x, index, AXIS: tl.constexpr):
+    """Entry ``index`` of a 3-d tile x along AXIS (1 or 2), that dimension dropped: a static index into a tile."""
+    if AXIS == 1:
+        picked = tl.sum(tl.where(tl.arange(0, x.shape[1])[None, :, None] == index, x, 0.0), axis=1)
+    else:
+        picked = tl.sum(tl.where(tl.arange(0, x.shape[2])[None, None, :] == index, x, 0.0), axis=2)
+    return picked
+
+
+@triton.jit
+def mixed_streams(mix, streams, N: tl.constexpr):
+    """sum_i r_ij H_i (P, N_j, BLOCK_C) from r (P, N_i, N_j) and H (P, N_i, BLOCK_C), one stream i at a time (no
+    (P, N, N, BLOCK_C) product held at once)."""
+    out = tl.zeros(streams.shape, dtype=tl.float32)
+    for i in tl.static_range(N):
+        out += _slice(mix, i, 1)[:, :, None] * _slice(streams, i, 1)[:, None, :]
+    return out
+
+
+@triton.jit
+def written_from(streams, block_input, block_output, mix, write, like_ptr, N: tl.constexpr):
+    """H' (P, N_j, BLOCK_C) from the write's inputs (:func:`write_inputs`) as stored (rounded to ``like_ptr``'s dtype),
+    in fp32: b_j y + (sum_i r_ij H_i - b_j h), in the reference's order."""
+    kept = mixed_streams(mix, streams, N) - write[:, :, None] * block_input[:, None, :]
     return (write[:, :, None] * block_output[:, None, :] + kept).to(like_ptr.dtype.element_ty).to(tl.float32)
+
+
+@triton.jit
+def written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels, like_ptr):
+    """H' (P, N_j, BLOCK_C) of chunk c as stored, in fp32 (:func:`written_from` of the loaded inputs)."""
+    streams, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n, channels)
+    return written_from(streams, block_input, block_output, mix, write, like_ptr, streams.shape[1])
 
 
 @triton.jit
@@ -86,25 +118,38 @@ def add_state_gradient(grad, grad_state_ptr, readout, out, grad_readout, p, c, l
 
 
 @triton.jit
-def write_backward(grad, streams_ptr, input_ptr, output_ptr, mix, write, grad_streams_ptr, grad_input_ptr,
-                   grad_output_ptr, grad_mix, grad_write, p, i, c, live, n, channels):
-    """The write's backward on chunk c from dH'_j (P, N_j, BLOCK_C), fp32: stores dH_i = sum_j r_ij dH'_j,
-    dy = sum_j b_j dH'_j and dh = -dy, and returns dr_ij += sum_c H_ic dH'_jc and db_j += sum_c (y - h)_c dH'_jc."""
+def write_backward_from(grad, streams, block_input, block_output, mix, write, grad_streams_ptr, grad_input_ptr,
+                        grad_output_ptr, grad_mix, grad_write, p, i, c, live, n, channels):
+    """The write's backward on chunk c from dH'_j (P, N_j, BLOCK_C) and the write's inputs (:func:`write_inputs`),
+    fp32: stores dH_i = sum_j r_ij dH'_j, dy = sum_j b_j dH'_j and dh = -dy, and returns
+    dr_ij += sum_c H_ic dH'_jc and db_j += sum_c (y - h)_c dH'_jc."""
     pc_live = live[:, None] & (c[None, :] < channels)
     inside = pc_live[:, None, :] & (i[None, :, None] < n)
     offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-    increment = (tl.load(output_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)
-                 - tl.load(input_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32))
-    streams = tl.load(streams_ptr + offsets, mask=inside, other=0.0).to(tl.float32)  # H_i (P, N_i, C)
-    tl.store(grad_streams_ptr + offsets, tl.sum(mix[:, :, :, None] * grad[:, None, :, :], axis=2)
-             .to(grad_streams_ptr.dtype.element_ty), mask=inside)
+    # dH_i = sum_j r_ij dH'_j and dr_ij = sum_c H_ic dH'_jc, one new stream j at a time
+    grad_streams = tl.zeros(grad.shape, dtype=tl.float32)
+    j = tl.arange(0, grad.shape[1])
+    for index in tl.static_range(grad.shape[1]):
+        grad_j = _slice(grad, index, 1)
+        grad_streams += _slice(mix, index, 2)[:, :, None] * grad_j[:, None, :]
+        grad_mix += tl.where(j[None, None, :] == index, tl.sum(streams * grad_j[:, None, :], axis=2)[:, :, None], 0.0)
+    tl.store(grad_streams_ptr + offsets, grad_streams.to(grad_streams_ptr.dtype.element_ty), mask=inside)
     grad_increment = tl.sum(write[:, :, None] * grad, axis=1)
     tl.store(grad_output_ptr + p[:, None] * channels + c[None, :],
              grad_increment.to(grad_output_ptr.dtype.element_ty), mask=pc_live)
     tl.store(grad_input_ptr + p[:, None] * channels + c[None, :],
              (-grad_increment).to(grad_input_ptr.dtype.element_ty), mask=pc_live)
-    return (grad_mix + tl.sum(streams[:, :, None, :] * grad[:, None, :, :], axis=3),
-            grad_write + tl.sum(grad * increment[:, None, :], axis=2))
+    increment = block_output - block_input
+    return grad_mix, grad_write + tl.sum(grad * increment[:, None, :], axis=2)
+
+
+@triton.jit
+def write_backward(grad, streams_ptr, input_ptr, output_ptr, mix, write, grad_streams_ptr, grad_input_ptr,
+                   grad_output_ptr, grad_mix, grad_write, p, i, c, live, n, channels):
+    """:func:`write_backward_from` with the write's inputs of chunk c loaded."""
+    streams, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n, channels)
+    return write_backward_from(grad, streams, block_input, block_output, mix, write, grad_streams_ptr,
+                               grad_input_ptr, grad_output_ptr, grad_mix, grad_write, p, i, c, live, n, channels)
 
 
 @triton.jit
@@ -232,7 +277,7 @@ def backward(grad: Optional[torch.Tensor], grad_state: Optional[torch.Tensor], s
                            streams, mix, write, block_input, block_output, readout, grad_streams, grad_mix,
                            grad_write, grad_input, grad_output, shares, positions, n, channels,
                            HAS_GRAD=grad is not None, HAS_STATE=grad_state is not None, N=triton.next_power_of_2(n),
-                           BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+                           BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C, num_warps=8)
     return grad_streams, grad_mix, grad_write, grad_input, grad_output, shares.sum(0).to(readout.dtype)
 
 

@@ -20,6 +20,8 @@ from .dispatch import runs_fused, triton_kernels
 
 #: The gradients of the streams, phi, b_pre, b_post, b_res, alpha and the gate.
 GRADIENTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+#: The fused operator's outputs: h, H_res's logits and H_post, then what its backward reads, D and 1/RMS.
+OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def clamped_gate(gate: Tensor) -> Tensor:
@@ -44,6 +46,13 @@ def read_reference(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits
     read[..., home] += 1.0 - g  # e_home + g (sigmoid(pre) - e_home)
     write = 1.0 + g * (2.0 * torch.sigmoid(post) - 1.0) if shared_gate else 2.0 * torch.sigmoid(post)
     return (read.to(streams.dtype).unsqueeze(-1) * streams).sum(-2), res, write
+
+
+def saved_sums(streams: Tensor, phi: Tensor) -> Tuple[Tensor, Tensor]:
+    """D = RMSNorm(row) phi^T (P, 2n + n^2) and 1/RMS of the row (P), fp32, for streams (P, n, C): what the fused
+    forward stores for its backward (whose RMSNorm gradient needs mean(g . normed) = G . D / (n C))."""
+    flat = streams.float().flatten(1)
+    return norm_linear_reference(flat, phi, tanh=False), torch.rsqrt(flat.pow(2).mean(-1) + RMS_EPS)
 
 
 def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor,
@@ -85,57 +94,66 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
             grad_alpha.to(alpha.dtype), grad_gate.to(gate.dtype))
 
 
+def saved_fakes(streams: Tensor) -> Tuple[Tensor, Tensor]:
+    """D and 1/RMS as the fused forwards return them, for their fake implementations."""
+    positions, n, _ = streams.shape
+    return (streams.new_empty(positions, 2 * n + n * n, dtype=torch.float32),
+            streams.new_empty(positions, dtype=torch.float32))
+
+
 @torch.library.custom_op("capsagg::mhc_read", mutates_args=())
 def _fused(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor,
-           gate: Tensor, home: int, shared_gate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+           gate: Tensor, home: int, shared_gate: bool) -> OUTPUTS:
     kernels = triton_kernels(__name__, streams)
     if kernels is not None:
         return kernels.forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate,
                                RMS_EPS)
-    return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate)
+    return (*read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate),
+            *saved_sums(streams, phi))
 
 
 @_fused.register_fake
 def _(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor,
-      gate: Tensor, home: int, shared_gate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+      gate: Tensor, home: int, shared_gate: bool) -> OUTPUTS:
     positions, n, channels = streams.shape
     return (streams.new_empty(positions, channels), streams.new_empty(positions, n, n, dtype=torch.float32),
-            streams.new_empty(positions, n, dtype=torch.float32))
+            streams.new_empty(positions, n, dtype=torch.float32), *saved_fakes(streams))
 
 
 @torch.library.custom_op("capsagg::mhc_read_backward", mutates_args=())
 def _fused_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor,
-                    pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int,
-                    shared_gate: bool) -> GRADIENTS:
+                    pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor, dynamic: Tensor,
+                    inverse_rms: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
     kernels = triton_kernels(__name__, streams)
     if kernels is not None:
         return kernels.backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
-                                home, shared_gate, RMS_EPS)
+                                dynamic, inverse_rms, home, shared_gate)
     return reference_backward(grad_read, grad_res, grad_write, streams, phi, pre_logits, post_logits, alpha, gate,
                               home, shared_gate)
 
 
 @_fused_backward.register_fake
 def _(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor, pre_logits: Tensor,
-      post_logits: Tensor, alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
+      post_logits: Tensor, alpha: Tensor, gate: Tensor, dynamic: Tensor, inverse_rms: Tensor, home: int,
+      shared_gate: bool) -> GRADIENTS:
     n = streams.size(1)
     return (torch.empty_like(streams), torch.empty_like(phi), torch.empty_like(pre_logits),
             torch.empty_like(post_logits), pre_logits.new_empty(n, n), torch.empty_like(alpha),
             torch.empty_like(gate))
 
 
-def _setup_context(ctx, inputs: Tuple, output: Tuple[Tensor, Tensor, Tensor]) -> None:
+def _setup_context(ctx, inputs: Tuple, output: OUTPUTS) -> None:
     streams, phi, pre_logits, post_logits, _, alpha, gate, home, shared_gate = inputs
-    ctx.save_for_backward(streams, phi, pre_logits, post_logits, alpha, gate)
+    ctx.mark_non_differentiable(*output[3:])
+    ctx.save_for_backward(streams, phi, pre_logits, post_logits, alpha, gate, *output[3:])
     ctx.home = home
     ctx.shared_gate = shared_gate
 
 
-def _backward(ctx, grad_read: Tensor, grad_res: Tensor, grad_write: Tensor) -> Tuple[Optional[Tensor], ...]:
-    streams, phi, pre_logits, post_logits, alpha, gate = ctx.saved_tensors
+def _backward(ctx, grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor],
+                                                                                                      ...]:
     return (*_fused_backward(grad_read.contiguous(), grad_res.float().contiguous(), grad_write.float().contiguous(),
-                             streams, phi, pre_logits, post_logits, alpha, gate, ctx.home, ctx.shared_gate),
-            None, None)
+                             *ctx.saved_tensors, ctx.home, ctx.shared_gate), None, None)
 
 
 _fused.register_autograd(_backward, setup_context=_setup_context)
@@ -151,6 +169,6 @@ def mhc_read(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tens
         return read_reference(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate)
     n, channels = streams.shape[-2:]
     batch = streams.shape[:-2]
-    read, res, write = _fused(streams.reshape(-1, n, channels).contiguous(), phi.contiguous(), pre_logits,
-                              post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
+    read, res, write, _, _ = _fused(streams.reshape(-1, n, channels).contiguous(), phi.contiguous(), pre_logits,
+                                    post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
     return read.view(*batch, channels), res.view(*batch, n, n), write.view(*batch, n)

@@ -181,35 +181,42 @@ def mhc_reference_backward(grad: Optional[Tensor], grad_state: Optional[Tensor],
                                              readout), *read_grads)
 
 
+#: mHC's fused outputs: :data:`OUTPUTS`, then what its backward reads, D and 1/RMS of the next read.
+MHC_OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+
+
 @torch.library.custom_op("capsagg::mhc_write_read", mutates_args=())
 def _mhc(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
          phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
-         home: int, shared_gate: bool) -> OUTPUTS:
+         home: int, shared_gate: bool) -> MHC_OUTPUTS:
     kernels = triton_kernels(mhc_read.__name__, streams)
     if kernels is not None:
         return kernels.forward_after_write(streams, mix, write, block_input, block_output, readout, phi, pre_logits,
                                            post_logits, res_logits, alpha, gate, home, shared_gate, RMS_EPS)
-    return mhc_reference(streams, mix, write, block_input, block_output, readout, phi, pre_logits, post_logits,
-                         res_logits, alpha, gate, home, shared_gate)
+    outputs = mhc_reference(streams, mix, write, block_input, block_output, readout, phi, pre_logits, post_logits,
+                            res_logits, alpha, gate, home, shared_gate)
+    return (*outputs, *mhc_read.saved_sums(outputs[0], phi))
 
 
 @_mhc.register_fake
 def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
       phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
-      home: int, shared_gate: bool) -> OUTPUTS:
-    return _written_fakes(streams, block_input)
+      home: int, shared_gate: bool) -> MHC_OUTPUTS:
+    return (*_written_fakes(streams, block_input), *mhc_read.saved_fakes(streams))
 
 
 @torch.library.custom_op("capsagg::mhc_write_read_backward", mutates_args=())
 def _mhc_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor, grad_next_res: Tensor,
                   grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor,
                   block_output: Tensor, readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor,
-                  alpha: Tensor, gate: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
+                  alpha: Tensor, gate: Tensor, written: Tensor, dynamic: Tensor, inverse_rms: Tensor, home: int,
+                  shared_gate: bool) -> GRADIENTS:
     kernels = triton_kernels(mhc_read.__name__, streams)
     if kernels is not None:
         return kernels.backward_after_write(grad, grad_state, grad_next_input, grad_next_res, grad_next_write,
-                                            streams, mix, write, block_input, block_output, readout, phi, pre_logits,
-                                            post_logits, alpha, gate, home, shared_gate, RMS_EPS)
+                                            streams, written, mix, write, block_input, block_output, readout, phi,
+                                            pre_logits, post_logits, alpha, gate, dynamic, inverse_rms, home,
+                                            shared_gate)
     return mhc_reference_backward(grad, grad_state, grad_next_input, grad_next_res, grad_next_write, streams, mix,
                                   write, block_input, block_output, readout, phi, pre_logits, post_logits, alpha,
                                   gate, home, shared_gate)
@@ -219,24 +226,27 @@ def _mhc_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_nex
 def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor, grad_next_res: Tensor,
       grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
       readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
-      home: int, shared_gate: bool) -> GRADIENTS:
+      written: Tensor, dynamic: Tensor, inverse_rms: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
     n = streams.size(1)
     return (*stream_write.gradient_fakes(streams, mix, write, block_input, block_output, readout),
             torch.empty_like(phi), torch.empty_like(pre_logits), torch.empty_like(post_logits),
             pre_logits.new_empty(n, n), torch.empty_like(alpha), torch.empty_like(gate))
 
 
-def _mhc_setup_context(ctx, inputs: Tuple, output: OUTPUTS) -> None:
+def _mhc_setup_context(ctx, inputs: Tuple, output: MHC_OUTPUTS) -> None:
     *written, phi, pre_logits, post_logits, _, alpha, gate, home, shared_gate = inputs
-    ctx.save_for_backward(*written, phi, pre_logits, post_logits, alpha, gate)
+    ctx.mark_non_differentiable(*output[5:])
+    # H' as stored (the next read's streams) and the read's D and 1/RMS: its backward reads them instead of
+    # recomputing them
+    ctx.save_for_backward(*written, phi, pre_logits, post_logits, alpha, gate, output[0], *output[5:])
     ctx.home = home
     ctx.shared_gate = shared_gate
     ctx.set_materialize_grads(False)  # H' is read by the next write; the state only after the top block
 
 
 def _mhc_autograd_backward(ctx, *grads: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
-    return (*_mhc_backward(*_gradients_from_above(ctx, grads), *ctx.saved_tensors, ctx.home, ctx.shared_gate), None,
-            None)
+    return (*_mhc_backward(*_gradients_from_above(ctx, grads[:5]), *ctx.saved_tensors, ctx.home, ctx.shared_gate),
+            None, None)
 
 
 _mhc.register_autograd(_mhc_autograd_backward, setup_context=_mhc_setup_context)
@@ -248,6 +258,5 @@ def mhc_write_read(streams: Tensor, mix: Tensor, write: Tensor, block_input: Ten
     """:func:`mhc_reference` as one operator each way, for streams (..., n, C) and a write's r (..., n, n) and
     b (..., n) at every position: H', the state, h' (..., C), H_res's logits (..., n, n) and H_post (..., n)."""
     outputs = _mhc(*stream_write.flat_inputs(streams, mix, write, block_input, block_output), readout.contiguous(),
-                   phi.contiguous(),
-                   pre_logits, post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
-    return _unflat(outputs, streams, block_input)
+                   phi.contiguous(), pre_logits, post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
+    return _unflat(outputs[:5], streams, block_input)

@@ -8,6 +8,7 @@ pytest.importorskip("triton")
 from fairseq_capsagg.aggregators.kernels import mhc_read as mhc_read_triton, sinkhorn as sinkhorn_triton  # noqa: E402
 from fairseq_capsagg.aggregators.numerics import RMS_EPS  # noqa: E402
 from fairseq_capsagg.aggregators.ops.mhc_read import read_reference as mhc_read_reference  # noqa: E402
+from fairseq_capsagg.aggregators.ops.mhc_read import saved_sums  # noqa: E402
 from kernel_cases import DEVICE  # noqa: E402
 
 
@@ -27,9 +28,10 @@ def test_the_mhc_read_kernels_compute_the_references_read_logits_and_gradients(p
     expected = mhc_read_reference(*leaves, home, shared)
     expected_grads = torch.autograd.grad(expected, leaves, grads)
     inputs = [leaf.detach().contiguous() for leaf in leaves]
-    for got, want in zip(mhc_read_triton.forward(*inputs, home, shared, RMS_EPS), expected):
+    outputs = mhc_read_triton.forward(*inputs, home, shared, RMS_EPS)
+    for got, want in zip(outputs, (*expected, *saved_sums(inputs[0], inputs[1]))):  # D and 1/RMS too
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    got_grads = mhc_read_triton.backward(*grads, *inputs[:4], *inputs[5:], home, shared, RMS_EPS)
+    got_grads = mhc_read_triton.backward(*grads, *inputs[:4], *inputs[5:], *outputs[3:], home, shared)
     for got, want in zip(got_grads, expected_grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
@@ -44,12 +46,12 @@ def test_the_mhc_kernels_read_bf16_weights_as_their_fp32_values():
     streams = torch.randn(6, n, channels, generator=generator).to(DEVICE)
     grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((6, channels), (6, n, n), (6, n))]
     exact = [w.float() for w in weights]
-    for got, want in zip(mhc_read_triton.forward(streams, *weights, home, True, RMS_EPS),
-                         mhc_read_triton.forward(streams, *exact, home, True, RMS_EPS)):
+    outputs = mhc_read_triton.forward(streams, *weights, home, True, RMS_EPS)
+    for got, want in zip(outputs, mhc_read_triton.forward(streams, *exact, home, True, RMS_EPS)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     read_by_backward = (0, 1, 2, 4, 5)  # phi, b_pre, b_post, alpha, the gate
-    got = mhc_read_triton.backward(*grads, streams, *(weights[i] for i in read_by_backward), home, True, RMS_EPS)
-    want = mhc_read_triton.backward(*grads, streams, *(exact[i] for i in read_by_backward), home, True, RMS_EPS)
+    got = mhc_read_triton.backward(*grads, streams, *(weights[i] for i in read_by_backward), *outputs[3:], home, True)
+    want = mhc_read_triton.backward(*grads, streams, *(exact[i] for i in read_by_backward), *outputs[3:], home, True)
     logits, mix_grad = grads[1], torch.randn(6, n, n, generator=generator).to(DEVICE)
     torch.testing.assert_close(sinkhorn_triton.forward(logits, 20, weights[-1]),
                                sinkhorn_triton.forward(logits, 20, exact[-1]), rtol=0, atol=0)
@@ -61,3 +63,31 @@ def test_the_mhc_kernels_read_bf16_weights_as_their_fp32_values():
         else:
             assert got_grad.dtype == torch.bfloat16, index
             torch.testing.assert_close(got_grad, want_grad.to(torch.bfloat16), rtol=0, atol=0)
+
+
+def test_a_bf16_models_products_run_in_tf32_and_equal_the_fp32_reference():
+    """Streams and phi both bf16 (a bf16 model): the forward's projection runs as a TF32 tile product, which holds bf16
+    values exactly, so D equals the reference's on the same values; the backward's gradients the reference's rounded
+    to bf16."""
+    generator = torch.Generator().manual_seed(47)
+    n, channels, home, positions = 4, 24, 3, 20
+    shapes = [(positions, n, channels), (2 * n + n * n, n * channels), (n,), (n,), (n, n), (3,)]
+    leaves = [torch.randn(shape, generator=generator).to(torch.bfloat16).to(DEVICE) for shape in shapes]
+    leaves[-1] = leaves[-1].abs()  # alphas that let the dynamic logits matter
+    leaves.append(torch.tensor(0.7, dtype=torch.bfloat16, device=DEVICE))
+    exact = [leaf.float().requires_grad_() for leaf in leaves]
+    expected = mhc_read_reference(*exact, home, False)
+    outputs = mhc_read_triton.forward(*leaves, home, False, RMS_EPS)
+    want_outputs = (*expected, *saved_sums(exact[0].detach(), exact[1].detach()))
+    # h in bf16 to its rounding (the reference weighs in bf16, the kernel in fp32); the fp32 outputs, D among them,
+    # to the sums' order
+    torch.testing.assert_close(outputs[0].float(), want_outputs[0].float(), rtol=1.6e-2, atol=1e-2)
+    for got, want in zip(outputs[1:], want_outputs[1:]):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    grads = [torch.randn(out.shape, generator=generator).to(DEVICE) for out in expected]
+    expected_grads = torch.autograd.grad(expected, exact, grads)
+    got_grads = mhc_read_triton.backward(grads[0].to(torch.bfloat16), *grads[1:], *leaves[:4], *leaves[5:],
+                                         *outputs[3:], home, False)
+    for got, want in zip(got_grads, expected_grads):
+        assert got.dtype == torch.bfloat16
+        torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())

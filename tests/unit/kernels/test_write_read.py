@@ -40,6 +40,30 @@ def _read_by_backward(family: str, inputs):
     return [*inputs[:6], *(inputs[6 + k] for k in WRITE_READ[family][3])]
 
 
+#: Outputs of the forward that are the operator's (H', the state, h' and the read's two weights); mHC's forward also
+#: returns what its backward reads (D and 1/RMS).
+OUTPUTS = 5
+
+
+def _backward_after_write(family: str, above, grads, inputs, after, outputs):
+    """The family's write-read backward: a hyper-connection's recomputes what it needs, mHC's also reads H' as stored
+    and the forward's D and 1/RMS."""
+    kernels = WRITE_READ[family][0]
+    read_by = _read_by_backward(family, inputs)
+    if family == "hc":
+        return kernels.backward_after_write(*above, *grads[2:OUTPUTS], *read_by, *after, RMS_EPS)
+    return kernels.backward_after_write(*above, *grads[2:OUTPUTS], read_by[0], outputs[0], *read_by[1:],
+                                        *outputs[OUTPUTS:], *after)
+
+
+def _read_backward(family: str, grads, streams, weights, after, outputs):
+    """The family's read backward alone on ``streams``, with the read's ``outputs`` (mHC's D and 1/RMS among them)."""
+    kernels = WRITE_READ[family][0]
+    if family == "hc":
+        return kernels.backward(*grads, streams, *weights, *after, RMS_EPS)
+    return kernels.backward(*grads, streams, *weights, *outputs[3:], *after)
+
+
 @pytest.mark.parametrize("family", sorted(WRITE_READ))
 @pytest.mark.parametrize("positions,n,channels", [(9, 4, 70), (hyper_read_triton.BLOCK_P, 3, 130), (3, 1, 8)])
 def test_the_write_read_kernels_compute_the_references_streams_next_input_and_gradients(family, positions, n,
@@ -50,14 +74,15 @@ def test_the_write_read_kernels_compute_the_references_streams_next_input_and_gr
     generator = torch.Generator().manual_seed(channels)
     grads = [torch.randn(out.shape, generator=generator).to(DEVICE) for out in outputs]
     inputs = [leaf.detach().contiguous() for leaf in leaves]
-    for got, want in zip(kernels.forward_after_write(*inputs, *after, RMS_EPS), outputs):
+    fused = kernels.forward_after_write(*inputs, *after, RMS_EPS)
+    for got, want in zip(fused, outputs):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     # H' read above and the state read (the model passes None for an output nothing reads), or either absent
     for unused in (None, 0, 1):
         used = [torch.zeros_like(grad) if k == unused else grad for k, grad in enumerate(grads)]
         expected = torch.autograd.grad(outputs, leaves, used, retain_graph=True)
         above = [None if k == unused else grad for k, grad in enumerate(grads[:2])]
-        got = kernels.backward_after_write(*above, *grads[2:], *_read_by_backward(family, inputs), *after, RMS_EPS)
+        got = _backward_after_write(family, above, grads, inputs, after, fused)
         assert len(got) == len(leaves)
         for got_grad, want in zip(got, expected):
             torch.testing.assert_close(got_grad, want, rtol=1e-4, atol=1e-4)
@@ -78,11 +103,11 @@ def test_the_write_read_kernel_computes_what_the_write_then_the_read_kernels_sto
     for got, want in zip(outputs, (*written, *read)):
         assert got.dtype == want.dtype and torch.equal(got, want)
     generator = torch.Generator().manual_seed(2)
-    grads = [torch.randn(out.shape, generator=generator).to(DEVICE).to(out.dtype) for out in outputs]
-    got = kernels.backward_after_write(*grads, *_read_by_backward(family, inputs), *after, RMS_EPS)
+    grads = [torch.randn(out.shape, generator=generator).to(DEVICE).to(out.dtype) for out in outputs[:OUTPUTS]]
+    got = _backward_after_write(family, grads[:2], grads, inputs, after, outputs)
     exact = [x.float() for x in inputs]
-    read_grads = kernels.backward(*[g.float() for g in grads[2:]], written[0].float(),
-                                  *_read_by_backward(family, exact)[6:], *after, RMS_EPS)
+    read_grads = _read_backward(family, [g.float() for g in grads[2:]], written[0].float(),
+                                _read_by_backward(family, exact)[6:], after, read)
     write_grads = stream_write_triton.backward(grads[0].float() + read_grads[0], grads[1].float(), *exact[:6])
     assert len(got) == len(inputs)
     for got_grad, want, leaf in zip(got, (*write_grads, *read_grads[1:]), inputs):
