@@ -1,11 +1,13 @@
 """What several Triton kernels share: the decorator of the kernels that take a batch's position count
-(:data:`position_kernel`), tile loaders (a few positions' residual streams, read by :mod:`.hyper_read` and
-:mod:`.mhc_read` through :mod:`.stream_write`; one position's routing votes, by :mod:`.dynamic_route` and
+(:data:`position_kernel`), the tile product of the streams' projections (:func:`tile_dot`), tile loaders (a few
+positions' residual streams, read by :mod:`.hyper_read` and :mod:`.mhc_read` through :mod:`.stream_write`; one
+position's routing votes, by :mod:`.dynamic_route` and
 :mod:`.em_route`), and the routing kernels' launch heuristic (:func:`warps`).
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
 
+import torch
 import triton
 import triton.language as tl
 
@@ -13,6 +15,23 @@ import triton.language as tl
 #: integer (equal to 1, a multiple of 16) and compile the kernel again for each kind of batch; left unspecialised, a
 #: kernel compiles once per shape and precision.
 position_kernel = triton.jit(do_not_specialize=["positions"])
+
+
+@triton.jit
+def tile_dot(a, b, LOW: tl.constexpr):
+    """a @ b of fp32 tiles, accumulated in fp32: in a half-precision model (``LOW``, :func:`tile_products_in_tf32`) on
+    the tensor cores in TF32, whose 10-bit mantissa holds bf16 and fp16 values exactly (the streams and the weights
+    of a forward; a backward's fp32 gradients are rounded there, below the model's own rounding of them), else in
+    exact fp32."""
+    if LOW:
+        return tl.dot(a, b, input_precision="tf32")
+    return tl.dot(a, b, input_precision="ieee")
+
+
+def tile_products_in_tf32(streams: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether :func:`tile_dot` runs on the tensor cores in TF32: in a half-precision model, the streams and the
+    weight both bf16 or both fp16."""
+    return streams.dtype == weight.dtype and streams.dtype in (torch.bfloat16, torch.float16)
 
 
 @triton.jit

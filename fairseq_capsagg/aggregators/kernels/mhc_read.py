@@ -9,10 +9,10 @@ H' from H, r, b, h and y, :mod:`.stream_write`), as :mod:`.hyper_read`'s do.
 What each kernel reads and writes, the streams being the large tensors (n C per position):
 
 * forward, a program per ``BLOCK_P`` positions: the streams once for their RMS and the projection D (``tl.dot`` of a
-  tile of positions with phi's columns, :func:`_dot`; phi read once a program), then once more for the read, which needs the
-  whole row's logits first; D and 1/RMS are stored for the backward (2n + n^2 + 1 floats a position). With
-  ``WRITES`` the first pass computes H' from the write's inputs and stores it and the state, the second reads H'
-  as stored.
+  tile of positions with phi's columns, :func:`.common.tile_dot`; phi read once a program), then once more for the
+  read, which needs the whole row's logits first; D and 1/RMS are stored for the backward (2n + n^2 + 1 floats a
+  position). With ``WRITES`` the first pass computes H' from the write's inputs and stores it and the state, the
+  second reads H' as stored.
 * backward, :func:`_weights_backward_kernel`, a program per ``WEIGHTS_BLOCK_P`` positions: the streams (H' as
   stored) and dh once, for the read's gradient grad_a_i = dh . H_i; from it and the saved D and 1/RMS, the logits'
   gradient G (2n + n^2), the read weights and RMSNorm's mean(g . normed) = G . D / (n C) (so no pass over the
@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import position_kernel, stream_chunk
+from .common import position_kernel, stream_chunk, tile_dot, tile_products_in_tf32
 from .stream_write import (add_state_gradient, block_write_weights, read_chunk, store_written, write_backward_from,
                            write_inputs, write_outputs, write_weights, written_from)
 
@@ -68,16 +68,6 @@ def _phi_tile(phi_ptr, k, i, c, n, outputs, channels, N: tl.constexpr, K: tl.con
     w = tl.load(phi_ptr + k[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :],
                 mask=inside, other=0.0).to(tl.float32)
     return tl.reshape(w, (K, N * BLOCK_C))
-
-
-@triton.jit
-def _dot(a, b, LOW: tl.constexpr):
-    """a @ b of fp32 tiles, accumulated in fp32: in a half-precision model (``LOW``) on the tensor cores in TF32, whose
-    10-bit mantissa holds bf16 and fp16 values exactly (the forward's streams and phi; the backward's fp32 gradients
-    rounded there, below the model's own rounding of them), else in exact fp32."""
-    if LOW:
-        return tl.dot(a, b, input_precision="tf32")
-    return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
@@ -118,7 +108,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
             store_written(written_ptr, state_ptr, x, readout, p, i, c, live, n, channels)
         total += tl.sum(tl.sum(x * x, axis=2), axis=1)
         w = _phi_tile(phi_ptr, k, i, c, n, outputs, channels, N, K, BLOCK_C)
-        projected += _dot(tl.reshape(x, (BLOCK_P, N * BLOCK_C)), tl.trans(w), LOW)
+        projected += tile_dot(tl.reshape(x, (BLOCK_P, N * BLOCK_C)), tl.trans(w), LOW)
     inverse_rms = 1.0 / tl.sqrt(total / (n * channels) + eps)
     dynamic = projected * inverse_rms[:, None]
     tl.store(dynamic_ptr + p[:, None] * outputs + k[None, :], dynamic, mask=live[:, None] & (k[None, :] < outputs))
@@ -264,11 +254,11 @@ def _streams_backward_kernel(grad_h_ptr, streams_ptr, phi_ptr, grad_dynamic_ptr,
         else:
             x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
         normed = x * inverse_rms[:, None, None]
-        gn = tl.reshape(_dot(grad_dynamic, w, LOW), (BLOCK_P, N, BLOCK_C))
+        gn = tl.reshape(tile_dot(grad_dynamic, w, LOW), (BLOCK_P, N, BLOCK_C))
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)
         grad_x = inverse_rms[:, None, None] * (gn - normed * mean_projected[:, None, None]) \
             + read[:, :, None] * grad_h[:, None, :]
-        grad_phi += _dot(tl.trans(grad_dynamic), tl.reshape(normed, (BLOCK_P, N * BLOCK_C)), LOW)
+        grad_phi += tile_dot(tl.trans(grad_dynamic), tl.reshape(normed, (BLOCK_P, N * BLOCK_C)), LOW)
         inside = pc_live[:, None, :] & (i[None, :, None] < n)
         offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
         if WRITES:
@@ -302,12 +292,6 @@ def _widths(n: int):
     return triton.next_power_of_2(n), max(16, triton.next_power_of_2(2 * n + n * n))
 
 
-def _low_precision(streams: torch.Tensor, phi: torch.Tensor) -> bool:
-    """Whether the tile products run on the tensor cores in TF32 (:func:`_dot`): in a half-precision model, the
-    streams and phi both bf16 or both fp16."""
-    return streams.dtype == phi.dtype and streams.dtype in (torch.bfloat16, torch.float16)
-
-
 def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps, written_by=None):
     positions, n, channels = streams.shape
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
@@ -320,8 +304,8 @@ def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, hom
     _forward_kernel[(triton.cdiv(positions, BLOCK_P),)](
         streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, dynamic, inverse_rms, *writes,
         positions, n, channels, home, eps, WRITES=written_by is not None, SHARED=shared_gate,
-        LOW=_low_precision(streams, phi), N=width, K=outputs, BLOCK_P=BLOCK_P, BLOCK_C=max(BLOCK_C, 16 // width),
-        num_warps=8)
+        LOW=tile_products_in_tf32(streams, phi), N=width, K=outputs, BLOCK_P=BLOCK_P,
+        BLOCK_C=max(BLOCK_C, 16 // width), num_warps=8)
     read = (out, res, write, dynamic, inverse_rms)
     return read if written_by is None else (*writes[5:], *read)
 
@@ -372,7 +356,8 @@ def _backward(grad_read, grad_res, grad_write, read_streams, streams, phi, pre_l
     _streams_backward_kernel[(blocks, splits)](
         grad_read, streams, phi, grad_dynamic, inverse_rms, scalars, grad_streams, phi_shares, *write_args, positions,
         n, channels, WRITES=written_by is not None, HAS_GRAD=grad is not None, HAS_STATE=grad_state is not None,
-        LOW=_low_precision(streams, phi), N=width, K=outputs, BLOCK_P=STREAMS_BLOCK_P, BLOCK_C=STREAMS_BLOCK_C, num_warps=8, num_stages=1)
+        LOW=tile_products_in_tf32(streams, phi), N=width, K=outputs, BLOCK_P=STREAMS_BLOCK_P,
+        BLOCK_C=STREAMS_BLOCK_C, num_warps=8, num_stages=1)
 
     def summed(start: int, stop: int, dtype: torch.dtype) -> torch.Tensor:
         """The programs' shares of columns start..stop summed: each gradient its own tensor (an operator's outputs

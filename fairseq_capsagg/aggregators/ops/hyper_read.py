@@ -1,5 +1,5 @@
 """A hyper-connection's read: its dynamic weights (a, r, b) and the block's input h = sum_i a_i H_i, the eager
-reference and one fused operator each way (``capsagg::hyper_read``: one Triton kernel on CUDA,
+reference and one fused operator each way (``capsagg::hyper_read``: Triton kernels on CUDA,
 :mod:`..kernels.hyper_read`; the reference and :func:`reference_backward` inside the operator elsewhere).
 ``--connection-kernels`` picks; both compute the same values and gradients.
 
@@ -10,13 +10,16 @@ a_i = A_m,i + s_a G_i0, r_ij = A_r,ij + s_a G_i(1+j), b_i = B_i + s_b G_i(n+1).
 from typing import Optional, Tuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ..numerics import RMS_EPS, norm_linear_reference
+from ..numerics import RMS_EPS, norm_linear_reference, rms_normalise
 from .dispatch import runs_fused, triton_kernels
 
 #: The gradients of the streams, the projection, A_m, A_r, B, s_a and s_b.
 GRADIENTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
+#: The fused operator's outputs: h, r and b, then what its backward reads, D and 1/RMS.
+OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
 def read_reference(streams: Tensor, projection: Tensor, static_read: Tensor, static_mix: Tensor,
@@ -29,6 +32,20 @@ def read_reference(streams: Tensor, projection: Tensor, static_read: Tensor, sta
     mix = static_mix.float() + read_mix[..., 1:]
     write = static_write.float() + write_scale.float() * gates[..., -1]
     return (read.to(streams.dtype).unsqueeze(-1) * streams).sum(-2), mix, write
+
+
+def saved_sums(streams: Tensor, projection: Tensor) -> Tuple[Tensor, Tensor]:
+    """D = RMSNorm(H_i) W^T (P, n, n + 2) and 1/RMS of each stream (P, n), fp32, for streams (P, n, C): what the
+    fused forward stores for its backward (whose RMSNorm gradient needs mean(g . normed) = G' . D / C)."""
+    x = streams.float()
+    return F.linear(rms_normalise(x), projection.float()), torch.rsqrt(x.pow(2).mean(-1) + RMS_EPS)
+
+
+def saved_fakes(streams: Tensor) -> Tuple[Tensor, Tensor]:
+    """D and 1/RMS as the fused forwards return them, for their fake implementations."""
+    positions, n, _ = streams.shape
+    return (streams.new_empty(positions, n, n + 2, dtype=torch.float32),
+            streams.new_empty(positions, n, dtype=torch.float32))
 
 
 def reference_backward(grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, streams: Tensor, projection: Tensor,
@@ -62,51 +79,55 @@ def reference_backward(grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, 
 
 @torch.library.custom_op("capsagg::hyper_read", mutates_args=())
 def _fused(streams: Tensor, projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor,
-           read_mix_scale: Tensor, write_scale: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+           read_mix_scale: Tensor, write_scale: Tensor) -> OUTPUTS:
     kernels = triton_kernels(__name__, streams)
     if kernels is not None:
         return kernels.forward(streams, projection, static_read, static_mix, static_write, read_mix_scale,
                                write_scale, RMS_EPS)
-    return read_reference(streams, projection, static_read, static_mix, static_write, read_mix_scale, write_scale)
+    return (*read_reference(streams, projection, static_read, static_mix, static_write, read_mix_scale, write_scale),
+            *saved_sums(streams, projection))
 
 
 @_fused.register_fake
 def _(streams: Tensor, projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor,
-      read_mix_scale: Tensor, write_scale: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+      read_mix_scale: Tensor, write_scale: Tensor) -> OUTPUTS:
     positions, n, channels = streams.shape
     return (streams.new_empty(positions, channels), streams.new_empty(positions, n, n, dtype=torch.float32),
-            streams.new_empty(positions, n, dtype=torch.float32))
+            streams.new_empty(positions, n, dtype=torch.float32), *saved_fakes(streams))
 
 
 @torch.library.custom_op("capsagg::hyper_read_backward", mutates_args=())
 def _fused_backward(grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, streams: Tensor, projection: Tensor,
-                    static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor) -> GRADIENTS:
+                    static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor, dynamic: Tensor,
+                    inverse_rms: Tensor) -> GRADIENTS:
     kernels = triton_kernels(__name__, streams)
     if kernels is not None:
         return kernels.backward(grad_read, grad_mix, grad_write, streams, projection, static_read, read_mix_scale,
-                                write_scale, RMS_EPS)
+                                write_scale, dynamic, inverse_rms)
     return reference_backward(grad_read, grad_mix, grad_write, streams, projection, static_read, read_mix_scale,
                               write_scale)
 
 
 @_fused_backward.register_fake
 def _(grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, streams: Tensor, projection: Tensor,
-      static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor) -> GRADIENTS:
+      static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor, dynamic: Tensor,
+      inverse_rms: Tensor) -> GRADIENTS:
     n = streams.size(1)
     scalar = read_mix_scale.new_empty(())
     return (torch.empty_like(streams), torch.empty_like(projection), static_read.new_empty(n),
             static_read.new_empty(n, n), static_read.new_empty(n), scalar, scalar.clone())
 
 
-def _setup_context(ctx, inputs: Tuple[Tensor, ...], output: Tuple[Tensor, ...]) -> None:
+def _setup_context(ctx, inputs: Tuple[Tensor, ...], output: OUTPUTS) -> None:
     streams, projection, static_read, _, _, read_mix_scale, write_scale = inputs
-    ctx.save_for_backward(streams, projection, static_read, read_mix_scale, write_scale)
+    ctx.mark_non_differentiable(*output[3:])
+    ctx.save_for_backward(streams, projection, static_read, read_mix_scale, write_scale, *output[3:])
 
 
-def _backward(ctx, grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor) -> Tuple[Optional[Tensor], ...]:
-    streams, projection, static_read, read_mix_scale, write_scale = ctx.saved_tensors
+def _backward(ctx, grad_read: Tensor, grad_mix: Tensor, grad_write: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor],
+                                                                                                      ...]:
     return _fused_backward(grad_read.contiguous(), grad_mix.float().contiguous(), grad_write.float().contiguous(),
-                           streams, projection, static_read, read_mix_scale, write_scale)
+                           *ctx.saved_tensors)
 
 
 _fused.register_autograd(_backward, setup_context=_setup_context)
@@ -122,6 +143,6 @@ def hyper_read(streams: Tensor, projection: Tensor, static_read: Tensor, static_
                               write_scale)
     n, channels = streams.shape[-2:]
     batch = streams.shape[:-2]
-    read, mix, write = _fused(streams.reshape(-1, n, channels).contiguous(), projection.contiguous(), static_read,
-                              static_mix.contiguous(), static_write, read_mix_scale, write_scale)
+    read, mix, write, _, _ = _fused(streams.reshape(-1, n, channels).contiguous(), projection.contiguous(),
+                                    static_read, static_mix.contiguous(), static_write, read_mix_scale, write_scale)
     return read.view(*batch, channels), mix.view(*batch, n, n), write.view(*batch, n)

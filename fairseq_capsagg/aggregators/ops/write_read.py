@@ -22,6 +22,8 @@ from .dispatch import triton_kernels
 
 #: The outputs: H', the state, and the next block's input and the two weights its read computes.
 OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]
+#: The fused operators' outputs: :data:`OUTPUTS`, then what their backward reads, D and 1/RMS of the next read.
+SAVED_OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 #: The gradients of H, r, b, h, y, o and then of the read's six weights.
 GRADIENTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
@@ -86,32 +88,35 @@ def hyper_reference_backward(grad: Optional[Tensor], grad_state: Optional[Tensor
 @torch.library.custom_op("capsagg::hyper_write_read", mutates_args=())
 def _hyper(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
            projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor, read_mix_scale: Tensor,
-           write_scale: Tensor) -> OUTPUTS:
+           write_scale: Tensor) -> SAVED_OUTPUTS:
     kernels = triton_kernels(hyper_read.__name__, streams)
     if kernels is not None:
         return kernels.forward_after_write(streams, mix, write, block_input, block_output, readout, projection,
                                            static_read, static_mix, static_write, read_mix_scale, write_scale, RMS_EPS)
-    return hyper_reference(streams, mix, write, block_input, block_output, readout, projection, static_read,
-                           static_mix, static_write, read_mix_scale, write_scale)
+    outputs = hyper_reference(streams, mix, write, block_input, block_output, readout, projection, static_read,
+                              static_mix, static_write, read_mix_scale, write_scale)
+    return (*outputs, *hyper_read.saved_sums(outputs[0], projection))
 
 
 @_hyper.register_fake
 def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
       projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor, read_mix_scale: Tensor,
-      write_scale: Tensor) -> OUTPUTS:
-    return _written_fakes(streams, block_input)
+      write_scale: Tensor) -> SAVED_OUTPUTS:
+    return (*_written_fakes(streams, block_input), *hyper_read.saved_fakes(streams))
 
 
 @torch.library.custom_op("capsagg::hyper_write_read_backward", mutates_args=())
 def _hyper_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor,
                     grad_next_mix: Tensor, grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor,
                     block_input: Tensor, block_output: Tensor, readout: Tensor, projection: Tensor,
-                    static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor) -> GRADIENTS:
+                    static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor, written: Tensor,
+                    dynamic: Tensor, inverse_rms: Tensor) -> GRADIENTS:
     kernels = triton_kernels(hyper_read.__name__, streams)
     if kernels is not None:
         return kernels.backward_after_write(grad, grad_state, grad_next_input, grad_next_mix, grad_next_write,
-                                            streams, mix, write, block_input, block_output, readout, projection,
-                                            static_read, read_mix_scale, write_scale, RMS_EPS)
+                                            streams, written, mix, write, block_input, block_output, readout,
+                                            projection, static_read, read_mix_scale, write_scale, dynamic,
+                                            inverse_rms)
     return hyper_reference_backward(grad, grad_state, grad_next_input, grad_next_mix, grad_next_write, streams, mix,
                                     write, block_input, block_output, readout, projection, static_read,
                                     read_mix_scale, write_scale)
@@ -120,8 +125,8 @@ def _hyper_backward(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_n
 @_hyper_backward.register_fake
 def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Tensor, grad_next_mix: Tensor,
       grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
-      readout: Tensor, projection: Tensor, static_read: Tensor, read_mix_scale: Tensor,
-      write_scale: Tensor) -> GRADIENTS:
+      readout: Tensor, projection: Tensor, static_read: Tensor, read_mix_scale: Tensor, write_scale: Tensor,
+      written: Tensor, dynamic: Tensor, inverse_rms: Tensor) -> GRADIENTS:
     n = streams.size(1)
     scalar = read_mix_scale.new_empty(())
     return (*stream_write.gradient_fakes(streams, mix, write, block_input, block_output, readout),
@@ -129,14 +134,17 @@ def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Ten
             static_read.new_empty(n), scalar, scalar.clone())
 
 
-def _hyper_setup_context(ctx, inputs: Tuple[Tensor, ...], output: OUTPUTS) -> None:
+def _hyper_setup_context(ctx, inputs: Tuple[Tensor, ...], output: SAVED_OUTPUTS) -> None:
     *written, projection, static_read, _, _, read_mix_scale, write_scale = inputs
-    ctx.save_for_backward(*written, projection, static_read, read_mix_scale, write_scale)
+    ctx.mark_non_differentiable(*output[5:])
+    # H' as stored (the next read's streams) and the read's D and 1/RMS: its backward reads them instead of
+    # recomputing them
+    ctx.save_for_backward(*written, projection, static_read, read_mix_scale, write_scale, output[0], *output[5:])
     ctx.set_materialize_grads(False)  # H' is read by the next write; the state only after the top block
 
 
 def _hyper_autograd_backward(ctx, *grads: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
-    return _hyper_backward(*_gradients_from_above(ctx, grads), *ctx.saved_tensors)
+    return _hyper_backward(*_gradients_from_above(ctx, grads[:5]), *ctx.saved_tensors)
 
 
 _hyper.register_autograd(_hyper_autograd_backward, setup_context=_hyper_setup_context)
@@ -150,7 +158,7 @@ def hyper_write_read(streams: Tensor, mix: Tensor, write: Tensor, block_input: T
     outputs = _hyper(*stream_write.flat_inputs(streams, mix, write, block_input, block_output),
                      readout.contiguous(), projection.contiguous(), static_read, static_mix.contiguous(), static_write,
                      read_mix_scale, write_scale)
-    return _unflat(outputs, streams, block_input)
+    return _unflat(outputs[:5], streams, block_input)
 
 
 # mHC
@@ -181,14 +189,10 @@ def mhc_reference_backward(grad: Optional[Tensor], grad_state: Optional[Tensor],
                                              readout), *read_grads)
 
 
-#: mHC's fused outputs: :data:`OUTPUTS`, then what its backward reads, D and 1/RMS of the next read.
-MHC_OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
-
-
 @torch.library.custom_op("capsagg::mhc_write_read", mutates_args=())
 def _mhc(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
          phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
-         home: int, shared_gate: bool) -> MHC_OUTPUTS:
+         home: int, shared_gate: bool) -> SAVED_OUTPUTS:
     kernels = triton_kernels(mhc_read.__name__, streams)
     if kernels is not None:
         return kernels.forward_after_write(streams, mix, write, block_input, block_output, readout, phi, pre_logits,
@@ -201,7 +205,7 @@ def _mhc(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block
 @_mhc.register_fake
 def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
       phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
-      home: int, shared_gate: bool) -> MHC_OUTPUTS:
+      home: int, shared_gate: bool) -> SAVED_OUTPUTS:
     return (*_written_fakes(streams, block_input), *mhc_read.saved_fakes(streams))
 
 
@@ -233,7 +237,7 @@ def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Ten
             pre_logits.new_empty(n, n), torch.empty_like(alpha), torch.empty_like(gate))
 
 
-def _mhc_setup_context(ctx, inputs: Tuple, output: MHC_OUTPUTS) -> None:
+def _mhc_setup_context(ctx, inputs: Tuple, output: SAVED_OUTPUTS) -> None:
     *written, phi, pre_logits, post_logits, _, alpha, gate, home, shared_gate = inputs
     ctx.mark_non_differentiable(*output[5:])
     # H' as stored (the next read's streams) and the read's D and 1/RMS: its backward reads them instead of

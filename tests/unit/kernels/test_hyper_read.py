@@ -7,7 +7,7 @@ pytest.importorskip("triton")
 
 from fairseq_capsagg.aggregators.kernels import hyper_read as hyper_read_triton  # noqa: E402
 from fairseq_capsagg.aggregators.numerics import RMS_EPS  # noqa: E402
-from fairseq_capsagg.aggregators.ops.hyper_read import read_reference  # noqa: E402
+from fairseq_capsagg.aggregators.ops.hyper_read import read_reference, saved_sums  # noqa: E402
 from kernel_cases import DEVICE  # noqa: E402
 
 
@@ -21,9 +21,10 @@ def test_the_hyper_read_kernels_compute_the_references_read_weights_and_gradient
     expected = read_reference(*leaves)
     expected_grads = torch.autograd.grad(expected, leaves, grads)
     inputs = [leaf.detach().contiguous() for leaf in leaves]
-    for got, want in zip(hyper_read_triton.forward(*inputs, RMS_EPS), expected):
+    outputs = hyper_read_triton.forward(*inputs, RMS_EPS)
+    for got, want in zip(outputs, (*expected, *saved_sums(inputs[0], inputs[1]))):  # D and 1/RMS too
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    got_grads = hyper_read_triton.backward(*grads, inputs[0], inputs[1], inputs[2], inputs[5], inputs[6], RMS_EPS)
+    got_grads = hyper_read_triton.backward(*grads, inputs[0], inputs[1], inputs[2], inputs[5], inputs[6], *outputs[3:])
     for got, want in zip(got_grads, expected_grads):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
 
@@ -38,12 +39,12 @@ def test_the_hyper_read_kernels_read_bf16_weights_as_their_fp32_values():
     streams = torch.randn(6, n, channels, generator=generator).to(DEVICE)
     grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((6, channels), (6, n, n), (6, n))]
     exact = [w.float() for w in weights]
-    for got, want in zip(hyper_read_triton.forward(streams, *weights, RMS_EPS),
-                         hyper_read_triton.forward(streams, *exact, RMS_EPS)):
+    outputs = hyper_read_triton.forward(streams, *weights, RMS_EPS)
+    for got, want in zip(outputs, hyper_read_triton.forward(streams, *exact, RMS_EPS)):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     read_by_backward = (0, 1, 4, 5)  # W, A_m, s_a, s_b
-    got = hyper_read_triton.backward(*grads, streams, *(weights[i] for i in read_by_backward), RMS_EPS)
-    want = hyper_read_triton.backward(*grads, streams, *(exact[i] for i in read_by_backward), RMS_EPS)
+    got = hyper_read_triton.backward(*grads, streams, *(weights[i] for i in read_by_backward), *outputs[3:])
+    want = hyper_read_triton.backward(*grads, streams, *(exact[i] for i in read_by_backward), *outputs[3:])
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
     for got_grad, want_grad in zip(got[1:], want[1:]):
         assert got_grad.dtype == torch.bfloat16
@@ -55,7 +56,7 @@ def test_the_hyper_read_kernel_keeps_the_identity_start_exact():
     streams = torch.randn(5, 4, 16).to(DEVICE)
     read = torch.zeros(4, device=DEVICE)
     read[2] = 1.0
-    h, mix, write = hyper_read_triton.forward(streams, torch.zeros(6, 16, device=DEVICE), read,
+    h, mix, write, _, _ = hyper_read_triton.forward(streams, torch.zeros(6, 16, device=DEVICE), read,
                                               torch.eye(4, device=DEVICE), torch.ones(4, device=DEVICE),
                                               torch.tensor(0.01, device=DEVICE), torch.tensor(0.01, device=DEVICE),
                                               RMS_EPS)

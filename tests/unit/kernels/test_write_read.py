@@ -40,28 +40,21 @@ def _read_by_backward(family: str, inputs):
     return [*inputs[:6], *(inputs[6 + k] for k in WRITE_READ[family][3])]
 
 
-#: Outputs of the forward that are the operator's (H', the state, h' and the read's two weights); mHC's forward also
+#: Outputs of the forward that are the operator's (H', the state, h' and the read's two weights); the forward also
 #: returns what its backward reads (D and 1/RMS).
 OUTPUTS = 5
 
 
 def _backward_after_write(family: str, above, grads, inputs, after, outputs):
-    """The family's write-read backward: a hyper-connection's recomputes what it needs, mHC's also reads H' as stored
-    and the forward's D and 1/RMS."""
-    kernels = WRITE_READ[family][0]
+    """The family's write-read backward, which also reads H' as stored and the forward's D and 1/RMS."""
     read_by = _read_by_backward(family, inputs)
-    if family == "hc":
-        return kernels.backward_after_write(*above, *grads[2:OUTPUTS], *read_by, *after, RMS_EPS)
-    return kernels.backward_after_write(*above, *grads[2:OUTPUTS], read_by[0], outputs[0], *read_by[1:],
-                                        *outputs[OUTPUTS:], *after)
+    return WRITE_READ[family][0].backward_after_write(*above, *grads[2:OUTPUTS], read_by[0], outputs[0], *read_by[1:],
+                                                      *outputs[OUTPUTS:], *after)
 
 
 def _read_backward(family: str, grads, streams, weights, after, outputs):
-    """The family's read backward alone on ``streams``, with the read's ``outputs`` (mHC's D and 1/RMS among them)."""
-    kernels = WRITE_READ[family][0]
-    if family == "hc":
-        return kernels.backward(*grads, streams, *weights, *after, RMS_EPS)
-    return kernels.backward(*grads, streams, *weights, *outputs[3:], *after)
+    """The family's read backward alone on ``streams``, with the read's ``outputs`` (D and 1/RMS among them)."""
+    return WRITE_READ[family][0].backward(*grads, streams, *weights, *outputs[3:], *after)
 
 
 @pytest.mark.parametrize("family", sorted(WRITE_READ))
@@ -124,7 +117,7 @@ def test_the_write_read_kernel_keeps_the_identity_start_exact():
     streams = h.unsqueeze(1).expand(6, 4, 16).contiguous()
     mix, write = torch.eye(4).expand(6, 4, 4).contiguous().to(DEVICE), torch.ones(6, 4).to(DEVICE)
     one_hot = torch.tensor([0.0, 1.0, 0.0, 0.0], device=DEVICE)
-    out, state, next_input, next_mix, next_write = hyper_read_triton.forward_after_write(
+    out, state, next_input, next_mix, next_write, _, _ = hyper_read_triton.forward_after_write(
         streams, mix, write, h, y, one_hot, torch.zeros(6, 16, device=DEVICE), one_hot, torch.eye(4, device=DEVICE),
         torch.ones(4, device=DEVICE), torch.tensor(0.01, device=DEVICE), torch.tensor(0.01, device=DEVICE), RMS_EPS)
     assert torch.equal(out, y.unsqueeze(1).expand(6, 4, 16)) and torch.equal(state, y) and torch.equal(next_input, y)
