@@ -9,7 +9,7 @@ as Triton's interpreter runs it: each unmasked lane once, its element's size (an
 and a write), attributed to the registered operator (``capsagg::*``) that launched it, forward and backward apart.
 The torch operations an operator runs around its kernels (allocations aside: a sum of partials, a cast) count as
 ``kernels.py`` counts them: each reads its arguments and writes its outputs once. An operator's *ideal* is its
-distinct inputs read once and its outputs written once. FLOPs: ``tl.dot``'s 2 M N K (the tensor cores') apart from
+distinct inputs read once and its outputs written once, an argument it accumulates into read and written. FLOPs: ``tl.dot``'s 2 M N K (the tensor cores') apart from
 the rest (float additions, products, divisions, exponentials and the like, and the elements a reduction sums).
 
 A model of each fused family runs one training step in the given shape and precision, with its operators' kernels
@@ -221,7 +221,9 @@ class OperatorTraffic(TorchDispatchMode):
         with self.interpreter.attributed("/".join(label)) as counts, KernelCounter() as inner:
             before = dataclasses.replace(counts)
             out = implementation(*args, **(kwargs or {}))
+        # its distinct inputs read once and outputs written once, an argument it writes into read and written
         ideal = sum(t.numel() * t.element_size() for t in {**_distinct(out), **_distinct((args, kwargs))}.values())
+        ideal += sum(t.numel() * t.element_size() for t in _distinct(_mutated(func, args, kwargs)).values())
         counts.torch_bytes += inner.bytes_moved
         counts.launches += inner.total
         counts.ideal += ideal
@@ -230,6 +232,13 @@ class OperatorTraffic(TorchDispatchMode):
             self.calls.append(("/".join(label),
                                Counts(**{field: getattr(counts, field) - getattr(before, field) for field in FIELDS})))
         return out
+
+
+def _mutated(func, args, kwargs) -> List[torch.Tensor]:
+    """The arguments an operator writes into (its schema's mutable ones): read and written, twice in its ideal."""
+    values = {**dict(zip((a.name for a in func._schema.arguments), args)), **(kwargs or {})}
+    return [values[a.name] for a in func._schema.arguments
+            if a.alias_info is not None and a.alias_info.is_write and isinstance(values.get(a.name), torch.Tensor)]
 
 
 def _aten_counts(func, args, kwargs, out) -> Counts:

@@ -65,9 +65,10 @@ class LayerHistory:
     def apply(self, forward: Callable[..., Tensor], backward_into: Callable[..., Tuple[Optional[Tensor], ...]],
               layers: Tensor, *params: Tensor) -> Tensor:
         """``forward(layers, *params)`` of this history's stack ``layers`` (or a view of it of another shape),
-        whose backward puts the stack's gradient into G itself: ``backward_into(grad, layers, *params, target,
-        fresh)`` writes it into ``target`` (G's slots of the stack, shaped as ``layers``) if ``fresh``, else adds
-        it there, and returns the gradients of ``params``."""
+        whose backward puts the stack's gradient into G itself: ``backward_into(grad, layers, *params, *saved,
+        target, fresh)`` writes it into ``target`` (G's slots of the stack, shaped as ``layers``) if ``fresh``, else
+        adds it there, and returns the gradients of ``params``; ``saved``: what ``forward`` returned after its output,
+        where it returns a tuple."""
         return _IntoHistory.apply(forward, backward_into, self, layers, *params)
 
     def gradient_target(self, size: int) -> Tuple[Tensor, bool]:
@@ -118,9 +119,13 @@ def apply_to_stack(stack: Tensor, forward: Callable[..., Tensor],
                    backward_into: Callable[..., Tuple[Optional[Tensor], ...]], *inputs: Tensor) -> Tensor:
     """``forward(*inputs)`` of an operator that reads ``stack`` as ``inputs[0]`` (it, or a view of it of another
     shape): through :meth:`LayerHistory.apply` where ``stack`` is a history's, so that its backward puts the
-    stack's gradient into the history's (``backward_into``); plainly elsewhere."""
+    stack's gradient into the history's (``backward_into``); plainly elsewhere. An operator that also returns what its
+    backward reads (a tuple: its output first) gives it to ``backward_into`` after its inputs; the output alone is
+    returned."""
     history = history_of(stack)
-    return forward(*inputs) if history is None else history.apply(forward, backward_into, *inputs)
+    if history is None:
+        return _outputs(forward(*inputs))[0]
+    return history.apply(forward, backward_into, *inputs)
 
 
 def weighted_sum(weight: Tensor, layers: Tensor) -> Tensor:
@@ -187,14 +192,20 @@ class _IntoHistory(torch.autograd.Function):
     @staticmethod
     def forward(ctx, forward: Callable[..., Tensor], backward_into: Callable[..., Tuple[Optional[Tensor], ...]],
                 history: LayerHistory, layers: Tensor, *params: Tensor) -> Tensor:
-        ctx.save_for_backward(layers, *params)
-        ctx.backward_into, ctx.history = backward_into, history
-        return forward(layers, *params)
+        out, *saved = _outputs(forward(layers, *params))
+        ctx.save_for_backward(layers, *params, *saved)
+        ctx.backward_into, ctx.history, ctx.params = backward_into, history, len(params)
+        return out
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
-        layers, *params = ctx.saved_tensors
+        layers, *rest = ctx.saved_tensors
         target, fresh = ctx.history.gradient_target(layers.size(0))
-        grads = ctx.backward_into(grad, layers, *params, target.view(layers.shape), fresh)
-        return (None, None, None, ctx.history.gradient_taken(layers), *grads)
+        grads = ctx.backward_into(grad, layers, *rest, target.view(layers.shape), fresh)
+        return (None, None, None, ctx.history.gradient_taken(layers), *grads[:ctx.params])
+
+
+def _outputs(result) -> Tuple[Tensor, ...]:
+    """An operator's output, and what its backward reads after its inputs where it returns that too (a tuple)."""
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)

@@ -53,3 +53,9 @@ def column_sum(x: Tensor) -> Tensor:
 @column_sum.register_fake
 def _(x: Tensor) -> Tensor:
     return x.new_empty(x.size(1))
+
+
+@torch.library.custom_op("capsagg_test::add_column_sum", mutates_args=("total",))
+def add_column_sum(x: Tensor, total: Tensor) -> None:
+    """total += x.sum(0): an operator that accumulates into its argument."""
+    total.add_(column_sum(x))

@@ -67,3 +67,12 @@ def test_counts_are_fitted_along_a_line_and_a_bend_is_reported():
     assert at["op/forward"].calls == 2 and deviation < 1e-9
     line[48]["op/forward"].kernel_loads += 50
     assert traffic.fitted(line, 1000)[1] > 0.03
+
+
+def test_an_argument_the_operator_writes_into_is_read_and_written_in_its_ideal():
+    x, total = torch.randn(64, 8), torch.randn(8)
+    meter = traffic.InterpreterTraffic()
+    with meter, traffic.OperatorTraffic(meter, namespace="capsagg_test"):
+        known.add_column_sum(x, total)
+    counts = meter.counts["add_column_sum/forward"]
+    assert counts.ideal == 64 * 8 * 4 + 2 * 8 * 4

@@ -1,5 +1,5 @@
 """A MUDD connection, Omega_s = sum_l w_{s,l} H^l with w = W_2 GELU(W_1 RMSNorm(H^L)) + b per position: the eager
-reference and one fused operator each way (``capsagg::mudd_aggregate``: one Triton kernel on CUDA,
+reference and one fused operator each way (``capsagg::mudd_aggregate``: Triton kernels on CUDA,
 :mod:`..kernels.mudd_aggregate`; the reference and :func:`reference_backward` inside the operator elsewhere).
 ``--connection-kernels`` picks; both compute the same values and gradients.
 """
@@ -55,51 +55,63 @@ def reference_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor,
             grad_weights.sum(0).to(static.dtype))
 
 
+def saved_sums(layers: Tensor, fc1: Tensor) -> Tuple[Tensor, Tensor]:
+    """W_1 RMSNorm(H^L) (P, H), the MLP's pre-activation, and 1/RMS(H^L) (P), fp32, for layers (L, P, C): what the
+    fused forward stores for its backward (whose RMSNorm gradient needs mean(g . normed) = G . pre / C)."""
+    newest = layers[-1].float()
+    return F.linear(rms_normalise(newest), fc1.float()), torch.rsqrt(newest.pow(2).mean(-1) + RMS_EPS)
+
+
 @torch.library.custom_op("capsagg::mudd_aggregate", mutates_args=())
-def _fused(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tensor:
+def _fused(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     kernels = triton_kernels(__name__, layers)
     if kernels is not None:
         return kernels.forward(layers, fc1, fc2, static, RMS_EPS)
-    return aggregate_reference(layers, fc1, fc2, static).contiguous()  # the einsum's may be strided; the fake's is not
+    # the einsum's output may be strided; the fake's is not
+    return (aggregate_reference(layers, fc1, fc2, static).contiguous(), *saved_sums(layers, fc1))
 
 
 @_fused.register_fake
-def _(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tensor:
-    return layers.new_empty(static.size(0), *layers.shape[1:])
+def _(layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    positions = layers.size(1)
+    return (layers.new_empty(static.size(0), *layers.shape[1:]),
+            layers.new_empty(positions, fc1.size(0), dtype=torch.float32),
+            layers.new_empty(positions, dtype=torch.float32))
 
 
 @torch.library.custom_op("capsagg::mudd_aggregate_backward", mutates_args=("grad_layers",))
-def _fused_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
-                    accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+def _fused_backward(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, pre: Tensor,
+                    inverse_rms: Tensor, grad_layers: Tensor, accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """The gradients of W_1, W_2 and b; the layers' written into ``grad_layers``, or added to it."""
     kernels = triton_kernels(__name__, layers)
     if kernels is not None:
-        return kernels.backward(grad, layers, fc1, fc2, static, RMS_EPS, grad_layers, accumulate)[1:]
+        return kernels.backward(grad, layers, fc1, fc2, static, pre, inverse_rms, grad_layers, accumulate)[1:]
     grad_of_layers, *grads = reference_backward(grad, layers, fc1, fc2, static)
     put_gradient(grad_layers, grad_of_layers, accumulate)
     return tuple(grads)
 
 
 @_fused_backward.register_fake
-def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, grad_layers: Tensor,
-      accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
+def _(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, pre: Tensor, inverse_rms: Tensor,
+      grad_layers: Tensor, accumulate: bool) -> Tuple[Tensor, Tensor, Tensor]:
     return torch.empty_like(fc1), torch.empty_like(fc2), torch.empty_like(static)
 
 
-def _backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, target: Tensor,
-                   fresh: bool) -> Tuple[Tensor, Tensor, Tensor]:
+def _backward_into(grad: Tensor, layers: Tensor, fc1: Tensor, fc2: Tensor, static: Tensor, pre: Tensor,
+                   inverse_rms: Tensor, target: Tensor, fresh: bool) -> Tuple[Tensor, Tensor, Tensor]:
     """The backward of a :class:`~.layer_history.LayerHistory`'s stack: the layers' gradient put into ``target``."""
-    return _fused_backward(grad.contiguous(), layers, fc1, fc2, static, target, not fresh)
+    return _fused_backward(grad.contiguous(), layers, fc1, fc2, static, pre, inverse_rms, target, not fresh)
 
 
-def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor, Tensor], output: Tensor) -> None:
-    ctx.save_for_backward(*inputs)
+def _setup_context(ctx, inputs: Tuple[Tensor, Tensor, Tensor, Tensor], output: Tuple[Tensor, Tensor, Tensor]) -> None:
+    ctx.mark_non_differentiable(*output[1:])
+    ctx.save_for_backward(*inputs, *output[1:])
 
 
-def _backward(ctx, grad: Tensor) -> Tuple[Optional[Tensor], ...]:
-    layers, *weights = ctx.saved_tensors
+def _backward(ctx, grad: Tensor, *unused: Tensor) -> Tuple[Optional[Tensor], ...]:
+    layers, *rest = ctx.saved_tensors
     grad_layers = torch.empty_like(layers)
-    return (grad_layers, *_fused_backward(grad.contiguous(), layers, *weights, grad_layers, False))
+    return (grad_layers, *_fused_backward(grad.contiguous(), layers, *rest, grad_layers, False))
 
 
 _fused.register_autograd(_backward, setup_context=_setup_context)
