@@ -1,11 +1,17 @@
-"""Attention over depth's aggregate in one Triton kernel each way (:mod:`.depth_softmax`).
+"""Attention over depth's aggregate in one Triton kernel each way (:mod:`..ops.depth_softmax`).
 
 Per position, with its L layers H^l (C each): s_l = (q . H^l) / RMS(H^l), alpha = softmax_l(s),
-w = g alpha + (1 - g) e_L and H~ = sum_l w_l H^l, in fp32 whatever the layers' precision. Each program holds
-``BLOCK_P`` positions and walks their C channels in chunks of ``BLOCK_C``, every layer at once (L padded to a
-power of two): the forward reads the layers twice (the scores, then the sum), the backward twice (the scores and
-the weights' gradients, then the layers' and the query's). A static query's gradient and the gate's are written
-as one share per program and summed afterwards, so that no two programs add into the same memory.
+w = g alpha + (1 - g) e_L and H~ = sum_l w_l H^l, in fp32 whatever the layers' precision.
+
+* The forward reads the stack once: a program holds ``FORWARD_BLOCK_P`` positions' whole rows (C padded to a power
+  of two), one layer at a time, and sums them under an online softmax over depth (the running maximum and
+  denominator rescale the running sum, as flash attention's softmax over keys), the newest layer kept for the
+  gate's share; the weights are never formed, so the sum is rounded once, at the end.
+* The backward reads it twice: a program holds ``BLOCK_P`` positions and walks their C channels in chunks of
+  ``BLOCK_C``, every layer at once (L padded to a power of two): the scores and the weights' gradients (a reduction
+  over the channels of every layer, which the softmax's backward needs whole), then the layers' and the query's.
+  A static query's gradient and the gate's are written as one share per program and summed afterwards, so that no
+  two programs add into the same memory.
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
@@ -18,6 +24,9 @@ import triton.language as tl
 
 from .common import position_kernel
 
+#: The forward's positions per program (their rows held whole: FORWARD_BLOCK_P x C values at once).
+FORWARD_BLOCK_P = 8
+#: The backward's positions per program and channels per chunk.
 BLOCK_P = 8
 BLOCK_C = 64
 
@@ -46,28 +55,31 @@ def _softmax_over_depth(scores, l, num_layers):
 
 @position_kernel
 def _forward_kernel(layers_ptr, query_ptr, gate_ptr, out_ptr, num_layers, positions, channels, query_stride, eps,
-                    L: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                    BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
-    l = tl.arange(0, L)
+    c = tl.arange(0, BLOCK_C)
     live = p < positions
-    total = tl.zeros((L, BLOCK_P), dtype=tl.float32)
-    dots = tl.zeros((L, BLOCK_P), dtype=tl.float32)
-    for start in range(0, channels, BLOCK_C):
-        c = start + tl.arange(0, BLOCK_C)
-        x = _layers(layers_ptr, l, p, c, live, num_layers, positions, channels)
-        q = _query(query_ptr, p, c, live, channels, query_stride)
-        total += tl.sum(x * x, axis=2)
-        dots += tl.sum(x * q[None, :, :], axis=2)
-    attention = _softmax_over_depth(dots / tl.sqrt(total / channels + eps), l, num_layers)
+    pc_live = live[:, None] & (c[None, :] < channels)
+    q = _query(query_ptr, p, c, live, channels, query_stride)
+    # the running maximum of the scores, the softmax's denominator and the sum, all rescaled to that maximum
+    peak = tl.full((BLOCK_P,), float("-inf"), dtype=tl.float32)
+    denominator = tl.zeros((BLOCK_P,), dtype=tl.float32)
+    total = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    newest = tl.zeros((BLOCK_P, BLOCK_C), dtype=tl.float32)
+    for layer in range(0, num_layers):
+        x = tl.load(layers_ptr + layer * positions * channels + p[:, None] * channels + c[None, :], mask=pc_live,
+                    other=0.0).to(tl.float32)
+        score = tl.sum(x * q, axis=1) / tl.sqrt(tl.sum(x * x, axis=1) / channels + eps)
+        new_peak = tl.maximum(peak, score)
+        rescale = tl.exp(peak - new_peak)
+        weight = tl.exp(score - new_peak)
+        denominator = denominator * rescale + weight
+        total = total * rescale[:, None] + weight[:, None] * x
+        peak = new_peak
+        newest = x
     gate = tl.load(gate_ptr).to(tl.float32)
-    weights = gate * attention + tl.where(l[:, None] == num_layers - 1, 1.0 - gate, 0.0)
-    weights = weights.to(out_ptr.dtype.element_ty).to(tl.float32)  # the reference weighs in the layers' dtype
-    for start in range(0, channels, BLOCK_C):
-        c = start + tl.arange(0, BLOCK_C)
-        x = _layers(layers_ptr, l, p, c, live, num_layers, positions, channels)
-        out = tl.sum(weights[:, :, None] * x, axis=0)
-        tl.store(out_ptr + p[:, None] * channels + c[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=live[:, None] & (c[None, :] < channels))
+    out = gate * (total / denominator[:, None]) + (1.0 - gate) * newest
+    tl.store(out_ptr + p[:, None] * channels + c[None, :], out.to(out_ptr.dtype.element_ty), mask=pc_live)
 
 
 @position_kernel
@@ -132,9 +144,9 @@ def forward(layers: torch.Tensor, query: torch.Tensor, gate: torch.Tensor, eps: 
     in any precision (read in fp32)."""
     num_layers, positions, channels = layers.shape
     out = torch.empty(positions, channels, dtype=layers.dtype, device=layers.device)
-    grid, width = _meta(positions, num_layers)
-    _forward_kernel[grid](layers, query, gate, out, num_layers, positions, channels,
-                          0 if query.dim() == 1 else channels, eps, L=width, BLOCK_P=BLOCK_P, BLOCK_C=BLOCK_C)
+    _forward_kernel[(triton.cdiv(positions, FORWARD_BLOCK_P),)](
+        layers, query, gate, out, num_layers, positions, channels, 0 if query.dim() == 1 else channels, eps,
+        BLOCK_P=FORWARD_BLOCK_P, BLOCK_C=triton.next_power_of_2(channels), num_warps=8)
     return out
 
 
