@@ -5,11 +5,12 @@ Per position, with the n streams H (n x C), the mix r (n x n: stream i into stre
 block's input h and output y (C): H'_j = b_j y + (sum_i r_ij H_i - b_j h), in that order (the reference's: at
 the identity start the streams stay exact copies), and the state sum_j o_j H'_j of the stored H', in fp32 whatever
 the tensors' precision. Each program holds ``BLOCK_P`` positions and walks their C channels in chunks of
-``BLOCK_C``; the backward recomputes H' for the readout's gradient and accumulates the per-position reductions over
-C (the gradients of r and b) in registers across the chunks, so no position is split between programs, and writes
-its share of the readout's gradient (summed afterwards). n is padded to the next power of two with zeros. The read
-kernels that run the write first between two blocks (:mod:`.hyper_read`, :mod:`.mhc_read`) use its
-parts: the write's weights, H' per chunk, its store, and the write's backward per chunk.
+``BLOCK_C``; the backward loads each chunk's inputs once, recomputes H' from them for the readout's gradient, and
+accumulates the per-position reductions over C (the gradients of r and b) in registers across the chunks, so no
+position is split between programs, and writes its share of the readout's gradient (summed afterwards). n is padded
+to the next power of two with zeros. The read kernels that run the write first between two blocks
+(:mod:`.hyper_read`, :mod:`.mhc_read`) use its parts: the write's weights and inputs, H' per chunk, its store, the
+state's gradient and the write's backward per chunk.
 
 Imported only where Triton is (CUDA machines; the tests run it on the CPU with ``TRITON_INTERPRET=1``).
 """
@@ -144,15 +145,6 @@ def write_backward_from(grad, streams, block_input, block_output, mix, write, gr
 
 
 @triton.jit
-def write_backward(grad, streams_ptr, input_ptr, output_ptr, mix, write, grad_streams_ptr, grad_input_ptr,
-                   grad_output_ptr, grad_mix, grad_write, p, i, c, live, n, channels):
-    """:func:`write_backward_from` with the write's inputs of chunk c loaded."""
-    streams, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n, channels)
-    return write_backward_from(grad, streams, block_input, block_output, mix, write, grad_streams_ptr,
-                               grad_input_ptr, grad_output_ptr, grad_mix, grad_write, p, i, c, live, n, channels)
-
-
-@triton.jit
 def store_write_gradients(grad_mix_ptr, grad_write_ptr, readout_shares_ptr, grad_mix, grad_write, grad_readout,
                           program, p, i, live, n):
     """Stores dr, db and this program's share of the readout's gradient."""
@@ -175,31 +167,6 @@ def block_write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n, BLOCK_P:
     if WRITES:
         mix, write, readout = write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n)
     return mix, write, readout
-
-
-@triton.jit
-def read_streams_gradient(grad_x, x, grad_ptr, grad_state_ptr, streams_ptr, input_ptr, output_ptr, block_mix,
-                          block_write, readout, grad_streams_ptr, grad_input_ptr, grad_output_ptr, grad_block_mix,
-                          grad_block_write, grad_readout, p, i, c, live, n, channels, WRITES: tl.constexpr,
-                          HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr):
-    """For a read kernel's backward, chunk c of its gradient of the streams it read (``grad_x``; ``x``: those
-    streams): stored, or where the read follows the block's write, H''s gradient from above (``HAS_GRAD``) and the
-    state's (``HAS_STATE``) added and the write's backward run on the sum (:func:`write_backward`). Returns the
-    write's accumulated gradients of r, b and the readout."""
-    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-    inside = live[:, None, None] & (i[None, :, None] < n) & (c[None, None, :] < channels)
-    if WRITES:
-        if HAS_GRAD:
-            grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-        if HAS_STATE:
-            grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c, live,
-                                                      channels)
-        grad_block_mix, grad_block_write = write_backward(
-            grad_x, streams_ptr, input_ptr, output_ptr, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
-            grad_output_ptr, grad_block_mix, grad_block_write, p, i, c, live, n, channels)
-    else:
-        tl.store(grad_streams_ptr + offsets, grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
-    return grad_block_mix, grad_block_write, grad_readout
 
 
 @position_kernel
@@ -237,14 +204,15 @@ def _backward_kernel(grad_ptr, grad_state_ptr, streams_ptr, mix_ptr, write_ptr, 
             grad += tl.load(grad_ptr + p[:, None, None] * n * channels + i[None, :, None] * channels
                             + c[None, None, :], mask=live[:, None, None] & (i[None, :, None] < n)
                             & (c[None, None, :] < channels), other=0.0).to(tl.float32)
+        streams, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n,
+                                                          channels)
         if HAS_STATE:
-            out = written(streams_ptr, input_ptr, output_ptr, mix, write, p, i, c, live, n, channels,
-                          grad_streams_ptr)  # H' as the forward stored it
+            out = written_from(streams, block_input, block_output, mix, write, grad_streams_ptr, N)  # H' as stored
             grad, grad_readout = add_state_gradient(grad, grad_state_ptr, readout, out, grad_readout, p, c, live,
                                                     channels)
-        grad_mix, grad_write = write_backward(grad, streams_ptr, input_ptr, output_ptr, mix, write, grad_streams_ptr,
-                                              grad_input_ptr, grad_output_ptr, grad_mix, grad_write, p, i, c, live, n,
-                                              channels)
+        grad_mix, grad_write = write_backward_from(grad, streams, block_input, block_output, mix, write,
+                                                   grad_streams_ptr, grad_input_ptr, grad_output_ptr, grad_mix,
+                                                   grad_write, p, i, c, live, n, channels)
     store_write_gradients(grad_mix_ptr, grad_write_ptr, readout_shares_ptr, grad_mix, grad_write, grad_readout,
                           program, p, i, live, n)
 
@@ -291,23 +259,3 @@ def write_outputs(streams: torch.Tensor, written_by: Optional[WrittenBy]) -> Tup
     if written_by is None:
         return (streams,) * 7
     return (*written_by, torch.empty_like(streams), torch.empty_like(written_by[2]))
-
-
-def write_gradients(streams: torch.Tensor, written_by: Optional[WrittenBy], grad: Optional[torch.Tensor],
-                    grad_state: Optional[torch.Tensor], programs: int) -> Tuple[torch.Tensor, ...]:
-    """A read kernel's write arguments backward: dH' and the state's gradient from above, r, b, h, y, o, then the
-    gradients of r, b, h and y to fill (fresh) and the programs' shares of o's, or without a write the streams in
-    their place (never read). Absent gradients from above are the streams too (the kernel's flags leave them)."""
-    above = (streams if grad is None else grad, streams if grad_state is None else grad_state)
-    if written_by is None:
-        return (*above, *(streams,) * 10)
-    block_mix, block_write, block_input, block_output, readout = written_by
-    return (*above, *written_by, torch.empty_like(block_mix), torch.empty_like(block_write),
-            torch.empty_like(block_input), torch.empty_like(block_output),
-            torch.empty(programs, readout.numel(), dtype=torch.float32, device=streams.device))
-
-
-def gathered_write_gradients(arguments: Tuple[torch.Tensor, ...]) -> Tuple[torch.Tensor, ...]:
-    """The gradients of r, b, h, y and o from :func:`write_gradients`'s arguments after the kernel ran."""
-    readout = arguments[6]
-    return (*arguments[7:11], arguments[11].sum(0).to(readout.dtype))
