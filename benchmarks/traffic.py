@@ -9,8 +9,9 @@ as Triton's interpreter runs it: each unmasked lane once, its element's size (an
 and a write), attributed to the registered operator (``capsagg::*``) that launched it, forward and backward apart.
 The torch operations an operator runs around its kernels (allocations aside: a sum of partials, a cast) count as
 ``kernels.py`` counts them: each reads its arguments and writes its outputs once. An operator's *ideal* is its
-distinct inputs read once and its outputs written once, an argument it accumulates into read and written. FLOPs: ``tl.dot``'s 2 M N K (the tensor cores') apart from
-the rest (float additions, products, divisions, exponentials and the like, and the elements a reduction sums).
+distinct inputs read once and its outputs written once, an argument it accumulates into read and written. FLOPs:
+``tl.dot``'s 2 M N K (the tensor cores') apart from the rest (float additions, products, divisions, exponentials and
+the like, and the elements a reduction sums).
 
 A model of each fused family runs one training step in the given shape and precision, with its operators' kernels
 in the interpreter (:func:`~fairseq_capsagg.aggregators.ops.dispatch.kernels_on_cpu`), at a few batch sizes; every
@@ -42,6 +43,8 @@ from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from kernels import FILLS, KernelCounter, _distinct, launches_kernel  # noqa: E402
+
+from fairseq_capsagg.pipeline.provenance import code_commit  # noqa: E402
 from torch.utils.flop_counter import flop_registry  # noqa: E402
 
 #: The families whose connections run fused operators; ``baseline``, the Transformer, for the step's time beside them.
@@ -389,14 +392,15 @@ def markdown(result: Dict[str, object]) -> str:
     setup = result["setup"]
     device = setup["device"]
     measured = ", ".join(str(b * setup["length"]) for b in setup["batches"])
+    code = f", code `{setup['code']}`" if "code" in setup else ""
     lines = [f"Bytes the fused operators' Triton kernels move in one training step of `{setup['shape']}` in "
              f"{setup['precision']}, at {setup['positions']:,} positions a side, counted in Triton's interpreter "
-             f"(`python benchmarks/traffic.py`; fitted from {measured} positions a side, linear within the deviation "
-             "given per family). kernels: every unmasked lane of every load and store (atomics twice); torch: the "
-             "operations the operator runs around its kernels; ideal: its distinct inputs read once and its outputs "
-             "written once. GB = 1e9 bytes.", "",
-             "| family | operator | pass | calls | kernels GB | torch GB | ideal GB | × ideal | dot GFLOP | other GFLOP |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             f"(`python benchmarks/traffic.py`{code}; fitted from {measured} positions a side, linear within the "
+             "deviation given per family). kernels: every unmasked lane of every load and store (atomics twice); "
+             "torch: the operations the operator runs around its kernels; ideal: its distinct inputs read once and its "
+             "outputs written once, an argument it accumulates into read and written. GB = 1e9 bytes.", "",
+             "| family | operator | pass | calls | kernels GB | torch GB | ideal GB | × ideal | dot GFLOP | "
+             "other GFLOP |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for family in result["families"]:
         if not family["operators"]:
             continue
@@ -413,9 +417,9 @@ def markdown(result: Dict[str, object]) -> str:
     lines += ["", "Linearity: the largest deviation of a measured count from its fitted line, relative to the count: "
               + ", ".join(f"{f['family']} {f['linearity_deviation']:.1e}" for f in result["families"]) + ".", ""]
     baseline = next((f["step"] for f in result["families"] if f["family"] == "baseline"), None)
-    lines += [f"**A model, not a measurement**: the step's time on an H100 SXM predicted from these counts, each kernel "
-              f"its bytes over {device['bandwidth'] / 1e12:.2f} TB/s or its FLOPs over its units' peak (torch's matrix "
-              f"products {device['bf16'] / 1e12:.0f} TFLOP/s in bf16; the fused tile products "
+    lines += [f"**A model, not a measurement**: the step's time on an H100 SXM predicted from these counts, each "
+              f"kernel its bytes over {device['bandwidth'] / 1e12:.2f} TB/s or its FLOPs over its units' peak "
+              f"(torch's matrix products {device['bf16'] / 1e12:.0f} TFLOP/s in bf16; the fused tile products "
               f"{device['tf32'] / 1e12:.0f} in TF32, the rest {device['fp32'] / 1e12:.0f} in fp32), whichever is "
               f"larger, plus {device['launch'] * 1e6:.0f} µs a launch; the Transformer's kernels counted once each "
               f"(every tensor an operator reads and writes, no tile re-read), a {setup['vocab']:,}-symbol vocabulary. "
@@ -447,7 +451,8 @@ def main(argv: Sequence[str] = None) -> int:
     if len(set(args.batches)) < 2:
         parser.error("--batches: give at least two different batch sizes to fit a line")
     result = {"setup": {"shape": args.shape, "precision": args.precision, "batches": args.batches,
-                        "length": args.length, "positions": args.positions, "vocab": args.vocab, "device": H100},
+                        "length": args.length, "positions": args.positions, "vocab": args.vocab, "device": H100,
+                        "code": code_commit()},
               "families": [family_traffic(f, args.shape, args.precision, args.batches, args.length, args.positions,
                                           args.vocab) for f in args.families]}
     text = markdown(result)

@@ -171,8 +171,8 @@ def _backward_kernel(grad_ptr, votes_ptr, act_ptr, beta_a_ptr, beta_mu_ptr, grad
             grad_a += tl.sum(grad_resp * agreement, axis=1)
             grad_agreement = grad_resp * a[:, None]
         l = tl.arange(0, L)
-        offsets, _ = vote_offsets(position, grad_stride_position, grad_stride_layer, num_layers, capsules, capsule_dim, L,
-                                  N, D)
+        offsets, _ = vote_offsets(position, grad_stride_position, grad_stride_layer, num_layers, capsules,
+                                  capsule_dim, L, N, D)
         tl.store(grad_votes_ptr + offsets, grad_votes, mask=inside)
         tl.store(grad_act_ptr + position * num_layers + l, grad_a, mask=l < num_layers)
         beta_a_share += grad_beta_a
