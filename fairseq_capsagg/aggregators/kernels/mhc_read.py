@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 
 from .common import position_kernel, stream_chunk, tile_dot, tile_products_in_tf32
-from .stream_write import (add_state_gradient, block_write_weights, read_chunk, store_written, write_backward_from,
-                           write_inputs, write_outputs, write_weights, written_from)
+from .stream_write import (block_write_weights, read_chunk, store_written, streams_gradient, streams_tile,
+                           write_outputs)
 
 #: Forward: positions per program (phi is read once a program) and channels per chunk (of each stream: at least 16
 #: in all, ``tl.dot``'s smallest tile), in 8 warps.
@@ -245,40 +245,19 @@ def _streams_backward_kernel(grad_h_ptr, streams_ptr, phi_ptr, grad_dynamic_ptr,
         read = tl.load(scalars_ptr + p[:, None] * (n + 1) + i[None, :], mask=live[:, None] & (i[None, :] < n),
                        other=0.0)
         mean_projected = tl.load(scalars_ptr + p * (n + 1) + n, mask=live, other=0.0)
-        if WRITES:
-            block_mix, block_write, readout = write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live,
-                                                            n)
-            before, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n,
-                                                             channels)
-            x = written_from(before, block_input, block_output, block_mix, block_write, grad_streams_ptr, N)
-        else:
-            x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
+        x, block_mix, block_write, readout, before, block_input, block_output = streams_tile(
+            streams_ptr, block_mix_ptr, block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_streams_ptr, p, i, c,
+            live, n, channels, WRITES, N)
         normed = x * inverse_rms[:, None, None]
         gn = tl.reshape(tile_dot(grad_dynamic, w, LOW), (BLOCK_P, N, BLOCK_C))
         grad_h = tl.load(grad_h_ptr + p[:, None] * channels + c[None, :], mask=pc_live, other=0.0).to(tl.float32)
         grad_x = inverse_rms[:, None, None] * (gn - normed * mean_projected[:, None, None]) \
             + read[:, :, None] * grad_h[:, None, :]
         grad_phi += tile_dot(tl.trans(grad_dynamic), tl.reshape(normed, (BLOCK_P, N * BLOCK_C)), LOW)
-        inside = pc_live[:, None, :] & (i[None, :, None] < n)
-        offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
-        if WRITES:
-            if HAS_GRAD:
-                grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
-            if HAS_STATE:
-                grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c,
-                                                          live, channels)
-            grad_mix, grad_write = write_backward_from(
-                grad_x, before, block_input, block_output, block_mix, block_write, grad_streams_ptr, grad_input_ptr,
-                grad_output_ptr, tl.zeros((BLOCK_P, N, N), dtype=tl.float32), tl.zeros((BLOCK_P, N), dtype=tl.float32),
-                p, i, c, live, n, channels)
-            # this channel block's share of the per-position sums: r's n n, then b's n
-            share = write_shares_ptr + (p[:, None] * blocks + block) * (n * n + n)
-            pi_live = live[:, None] & (i[None, :] < n)
-            tl.store(share[:, :, None] + i[None, :, None] * n + i[None, None, :], grad_mix,
-                     mask=pi_live[:, :, None] & (i[None, None, :] < n))
-            tl.store(share + n * n + i[None, :], grad_write, mask=pi_live)
-        else:
-            tl.store(grad_streams_ptr + offsets, grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
+        grad_readout = streams_gradient(grad_x, x, block_mix, block_write, readout, before, block_input, block_output,
+                                        grad_ptr, grad_state_ptr, grad_streams_ptr, grad_input_ptr, grad_output_ptr,
+                                        write_shares_ptr, grad_readout, p, i, c, live, n, channels, block, blocks,
+                                        WRITES, HAS_GRAD, HAS_STATE, BLOCK_P, N)
     columns = tl.reshape(i[:, None] * channels + c[None, :], (N * BLOCK_C,))
     column_live = tl.reshape((i[:, None] < n) & (c[None, :] < channels), (N * BLOCK_C,))
     tl.store(phi_shares_ptr + split * outputs * n * channels + k[:, None] * n * channels + columns[None, :], grad_phi,

@@ -145,6 +145,56 @@ def write_backward_from(grad, streams, block_input, block_output, mix, write, gr
 
 
 @triton.jit
+def streams_tile(streams_ptr, mix_ptr, write_ptr, input_ptr, output_ptr, readout_ptr, like_ptr, p, i, c, live, n,
+                 channels, WRITES: tl.constexpr, N: tl.constexpr):
+    """For a channel-blocked read backward: the tile of the streams the read read (P, N, BLOCK_C), fp32, loaded, or
+    with ``WRITES`` computed from the write's inputs as the write stored it; then the write's r, b, o and inputs H, h,
+    y for its backward (:func:`streams_gradient`; without a write, the tile in their place, never read)."""
+    if WRITES:
+        mix, write, readout = write_weights(mix_ptr, write_ptr, readout_ptr, p, i, live, n)
+        streams, block_input, block_output = write_inputs(streams_ptr, input_ptr, output_ptr, p, i, c, live, n,
+                                                          channels)
+        x = written_from(streams, block_input, block_output, mix, write, like_ptr, N)
+    else:
+        x = stream_chunk(streams_ptr, p, i, c, live, n, channels)
+        mix, write, readout, streams, block_input, block_output = x, x, x, x, x, x
+    return x, mix, write, readout, streams, block_input, block_output
+
+
+@triton.jit
+def streams_gradient(grad_x, x, mix, write, readout, streams, block_input, block_output, grad_ptr, grad_state_ptr,
+                     grad_streams_ptr, grad_input_ptr, grad_output_ptr, write_shares_ptr, grad_readout, p, i, c,
+                     live, n, channels, block, blocks, WRITES: tl.constexpr, HAS_GRAD: tl.constexpr,
+                     HAS_STATE: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr):
+    """A channel-blocked read backward's last step on its tile (:func:`streams_tile`'s): the read's gradient of the
+    streams (``grad_x``) stored, or with ``WRITES`` H''s gradient from above (``HAS_GRAD``) and the state's
+    (``HAS_STATE``) added, the write's backward run on the sum, and its sums over the block's channels (r's n n, then
+    b's n) stored as the block's share of each position's (P, blocks, n n + n); returns the readout's gradient
+    accumulated."""
+    pc_live = live[:, None] & (c[None, :] < channels)
+    inside = pc_live[:, None, :] & (i[None, :, None] < n)
+    offsets = p[:, None, None] * n * channels + i[None, :, None] * channels + c[None, None, :]
+    if WRITES:
+        if HAS_GRAD:
+            grad_x += tl.load(grad_ptr + offsets, mask=inside, other=0.0).to(tl.float32)
+        if HAS_STATE:
+            grad_x, grad_readout = add_state_gradient(grad_x, grad_state_ptr, readout, x, grad_readout, p, c, live,
+                                                      channels)
+        grad_mix, grad_write = write_backward_from(
+            grad_x, streams, block_input, block_output, mix, write, grad_streams_ptr, grad_input_ptr,
+            grad_output_ptr, tl.zeros((BLOCK_P, N, N), dtype=tl.float32), tl.zeros((BLOCK_P, N), dtype=tl.float32), p,
+            i, c, live, n, channels)
+        share = write_shares_ptr + (p[:, None] * blocks + block) * (n * n + n)
+        pi_live = live[:, None] & (i[None, :] < n)
+        tl.store(share[:, :, None] + i[None, :, None] * n + i[None, None, :], grad_mix,
+                 mask=pi_live[:, :, None] & (i[None, None, :] < n))
+        tl.store(share + n * n + i[None, :], grad_write, mask=pi_live)
+    else:
+        tl.store(grad_streams_ptr + offsets, grad_x.to(grad_streams_ptr.dtype.element_ty), mask=inside)
+    return grad_readout
+
+
+@triton.jit
 def store_write_gradients(grad_mix_ptr, grad_write_ptr, readout_shares_ptr, grad_mix, grad_write, grad_readout,
                           program, p, i, live, n):
     """Stores dr, db and this program's share of the readout's gradient."""
