@@ -76,3 +76,10 @@ def test_an_argument_the_operator_writes_into_is_read_and_written_in_its_ideal()
         known.add_column_sum(x, total)
     counts = meter.counts["add_column_sum/forward"]
     assert counts.ideal == 64 * 8 * 4 + 2 * 8 * 4
+
+
+@pytest.mark.parametrize("name", ["kernels-traffic", "kernels-traffic-before"])
+def test_the_published_traffic_tables_are_what_the_meter_writes_from_their_json(name):
+    published = traffic.Path(__file__).resolve().parents[2] / "docs" / "results"
+    result = traffic.json.loads((published / f"{name}.json").read_text())
+    assert traffic.markdown(result) == (published / f"{name}.md").read_text()
