@@ -55,7 +55,7 @@ compile-check: setup
 # these lines and compares).
 R := docs/results
 tables: setup
-	$(PY) -m fairseq_capsagg.pipeline.reports.summary glance --one-epoch $(R)/table1-cpu.json $(R)/peers-cpu.json $(R)/streams/peers-cpu.json $(R)/dynrouting-capsules-cpu.json --converged $(R)/converged-cpu.json $(R)/converged-run2/converged-cpu.json --equivalence $(R)/compute-equivalence.json --write README.md
+	$(PY) -m fairseq_capsagg.pipeline.reports.summary glance --one-epoch $(R)/table1-cpu.json $(R)/peers-cpu.json $(R)/mhc/peers-cpu.json $(R)/streams/peers-cpu.json $(R)/dynrouting-capsules-cpu.json --converged $(R)/converged-cpu.json $(R)/converged-run2/converged-cpu.json --equivalence $(R)/compute-equivalence.json --write README.md
 	$(PY) -m fairseq_capsagg.pipeline.reports.summary converged-runs --converged $(R)/converged-cpu.json $(R)/converged-run2/converged-cpu.json $(R)/converged-gpu.json --write docs/results.md
 	$(PY) -m fairseq_capsagg.pipeline.reports.summary equivalence --equivalence $(R)/compute-equivalence.json --write docs/results.md
 

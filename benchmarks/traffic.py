@@ -442,6 +442,35 @@ def markdown(result: Dict[str, object]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def comparison(before: Dict[str, object], after: Dict[str, object]) -> str:
+    """Per system, two published runs of the meter side by side (docs/results.md's table): the fused operators' bytes
+    against their ideal and the modelled step against the Transformer's, before and after; and after, the operator
+    and pass farthest above its ideal."""
+    def by_family(result):
+        return {f["family"]: f for f in result["families"]}
+
+    old, new = by_family(before), by_family(after)
+    base_old, base_new = old["baseline"]["step"]["predicted_seconds"], new["baseline"]["step"]["predicted_seconds"]
+    lines = [f"| system | code {before['setup']['code']}: fused GB (× ideal) | modelled step | "
+             f"code {after['setup']['code']}: fused GB (× ideal) | farthest operator (× ideal) | modelled step |",
+             "|---|---:|---:|---:|---|---:|"]
+    for family, result in new.items():
+        step, previous = result["step"], old[family]["step"]
+        if not step["fused_ideal"]:
+            lines.append(f"| {family} | – | 1.00 ({base_old * 1e3:.1f} ms) | – | – | "
+                         f"1.00 ({base_new * 1e3:.1f} ms) |")
+            continue
+        farthest, counts = max(((label, Counts(**c)) for label, c in result["operators"].items()),
+                               key=lambda item: item[1].over_ideal)
+        operator, _, way = farthest.partition("/")
+        lines.append(f"| {family} | {_gb(previous['fused_bytes'])} "
+                     f"({previous['fused_bytes'] / previous['fused_ideal']:.2f}) | "
+                     f"{previous['predicted_seconds'] / base_old:.2f} | {_gb(step['fused_bytes'])} "
+                     f"({step['fused_bytes'] / step['fused_ideal']:.2f}) | `{operator}` {way} "
+                     f"({counts.over_ideal:.2f}) | {step['predicted_seconds'] / base_new:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: Sequence[str] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--families", nargs="+", default=list(SYSTEMS), choices=SYSTEMS)

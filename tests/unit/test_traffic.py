@@ -83,3 +83,10 @@ def test_the_published_traffic_tables_are_what_the_meter_writes_from_their_json(
     published = traffic.Path(__file__).resolve().parents[2] / "docs" / "results"
     result = traffic.json.loads((published / f"{name}.json").read_text())
     assert traffic.markdown(result) == (published / f"{name}.md").read_text()
+
+
+def test_results_md_compares_the_published_runs_as_the_meter_does():
+    root = traffic.Path(__file__).resolve().parents[2]
+    before, after = (traffic.json.loads((root / "docs" / "results" / f"{name}.json").read_text())
+                     for name in ("kernels-traffic-before", "kernels-traffic"))
+    assert traffic.comparison(before, after) in (root / "docs" / "results.md").read_text()
