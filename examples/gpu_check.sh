@@ -5,8 +5,8 @@
 #   examples/gpu_check.sh          # there (carry .whl): installs them into /tmp/site, then
 #                                  #   1. the CUDA tests (tests/unit/test_cuda.py: fused paths against eager ones,
 #                                  #      bf16 training steps, incremental decoding of every family; and
-#                                  #      tests/unit/test_triton_kernels.py: the Triton kernels themselves against
-#                                  #      their references), at most 150 s;
+#                                  #      tests/unit/kernels/: the Triton kernels themselves against their
+#                                  #      references), at most 150 s;
 #                                  #   2. the speed benchmark of every family in bf16 at `base` with 16,384-token
 #                                  #      batches, two rounds, at most 300 s;
 #                                  #   writing $OUT/speed-gpu-bf16.{md,json} and $OUT/gpu-check.log (OUT defaults
@@ -45,7 +45,7 @@ check() {
   fi
   echo "[gpu-check] CUDA tests"
   timeout "${TEST_LIMIT:-150}" "$PYTHON" -m pytest -q -p no:cacheprovider tests/unit/test_cuda.py \
-    tests/unit/test_triton_kernels.py ||
+    tests/unit/kernels ||
     echo "[gpu-check] the CUDA tests failed or ran out of time (exit $?); the benchmark runs"
   echo "[gpu-check] speed, bf16, base"
   timeout "${SPEED_LIMIT:-300}" "$PYTHON" benchmarks/speed.py "${SPEED[@]}" --output-dir "$OUT" "$@" ||
