@@ -84,16 +84,17 @@ def _static(ptr, i, n):
 @position_kernel
 def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr, gate_ptr, out_ptr, out_res_ptr,
                     out_write_ptr, dynamic_ptr, inverse_rms_ptr, block_mix_ptr, block_write_ptr, input_ptr,
-                    output_ptr, readout_ptr, written_ptr, state_ptr, positions, n, channels, home, eps,
+                    output_ptr, readout_ptr, written_ptr, state_ptr, positions, n, res_width, channels, home, eps,
                     WRITES: tl.constexpr, SHARED: tl.constexpr, LOW: tl.constexpr, N: tl.constexpr,
-                    K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
+                    R: tl.constexpr, K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     p = tl.program_id(0) * BLOCK_P + tl.arange(0, BLOCK_P)
     i = tl.arange(0, N)
+    r = tl.arange(0, R)
     k = tl.arange(0, K)
     live = p < positions
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
-    outputs = 2 * n + n * n
+    outputs = 2 * n + res_width
     dtype = out_ptr.dtype.element_ty
     block_mix, block_write, readout = block_write_weights(block_mix_ptr, block_write_ptr, readout_ptr, p, i, live, n,
                                                           BLOCK_P, N, WRITES)
@@ -125,13 +126,11 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
     else:
         write = 2.0 * _sigmoid(post)
     tl.store(out_write_ptr + p[:, None] * n + i[None, :], write, mask=pi_live)
-    # res_ij = b_res,ij + alpha_2 D[2n + i n + j], gathered as (P, N_i, N_j)
-    ij = 2 * n + i[:, None] * n + i[None, :]
-    res = tl.sum(tl.where(k[None, None, None, :] == ij[None, :, :, None], dynamic[:, None, None, :], 0.0), axis=3)
-    ij_live = i_live[:, None] & i_live[None, :]
-    static_res = tl.load(res_ptr + i[:, None] * n + i[None, :], mask=ij_live, other=0.0).to(tl.float32)
-    tl.store(out_res_ptr + p[:, None, None] * n * n + i[None, :, None] * n + i[None, None, :],
-             static_res[None, :, :] + alpha_res * res, mask=live[:, None, None] & ij_live[None, :, :])
+    # H_res's logits b_res,r + alpha_2 D[2n + r], r over H_res's R parameters (mHC: its n n entries, row by row)
+    res = _pick(dynamic, r, k, 2 * n)
+    static_res = tl.load(res_ptr + r, mask=r < res_width, other=0.0).to(tl.float32)
+    tl.store(out_res_ptr + p[:, None] * res_width + r[None, :], static_res[None, :] + alpha_res * res,
+             mask=live[:, None] & (r[None, :] < res_width))
     # pass 2: the read, of the streams (with WRITES: of H' as stored by this program)
     read = read.to(dtype).to(tl.float32)  # the reference weighs in the streams' dtype
     source = streams_ptr
@@ -148,7 +147,7 @@ def _forward_kernel(streams_ptr, phi_ptr, pre_ptr, post_ptr, res_ptr, alpha_ptr,
 @position_kernel
 def _weights_backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_ptr, dynamic_ptr, pre_ptr, post_ptr,
                              alpha_ptr, gate_ptr, grad_dynamic_ptr, scalars_ptr, small_shares_ptr, positions, n,
-                             channels, home, SHARED: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
+                             res_width, channels, home, SHARED: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
                              BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """Per position: G, the logits' gradient, into grad_dynamic (P, 2n + n^2); H_pre and mean(g . normed) into
     scalars (P, n + 1); the static weights' gradients (b_pre, b_post, b_res, alpha, the gate) of this program's
@@ -160,7 +159,7 @@ def _weights_backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_p
     live = p < positions
     i_live = i < n
     pi_live = live[:, None] & i_live[None, :]
-    outputs = 2 * n + n * n
+    outputs = 2 * n + res_width
     # the read's weights' gradient grad_a_i = dh . H_i
     grad_a = tl.zeros((BLOCK_P, N), dtype=tl.float32)
     for start in range(0, channels, BLOCK_C):
@@ -189,11 +188,11 @@ def _weights_backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_p
     if SHARED:
         grad_post = g * grad_post
         grad_gate += grad_write * (2.0 * post_sigmoid - 1.0)
-    # H_res's logits' gradient at D's columns 2n + i n + j, and H_pre's and H_post's at i and n + i
+    # H_res's logits' gradient at D's columns 2n + r, and H_pre's and H_post's at i and n + i
     res_offset = k - 2 * n
-    in_res = (res_offset >= 0) & (res_offset < n * n)
-    grad_res = tl.load(grad_res_ptr + p[:, None] * n * n + res_offset[None, :], mask=live[:, None] & in_res[None, :],
-                       other=0.0)  # (P, K)
+    in_res = (res_offset >= 0) & (res_offset < res_width)
+    grad_res = tl.load(grad_res_ptr + p[:, None] * res_width + res_offset[None, :],
+                       mask=live[:, None] & in_res[None, :], other=0.0)  # (P, K)
     scatter_pre = tl.sum(tl.where(k[None, None, :] == i[None, :, None], grad_pre[:, :, None], 0.0), axis=1)
     scatter_post = tl.sum(tl.where(k[None, None, :] == n + i[None, :, None], grad_post[:, :, None], 0.0), axis=1)
     grad_dynamic = alpha_pre * scatter_pre + alpha_post * scatter_post + alpha_res * grad_res
@@ -201,12 +200,12 @@ def _weights_backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_p
     # RMSNorm's backward needs mean(g . normed) over the row, g = G phi: sum_k G_k D_k / (n C), D = normed phi^T
     tl.store(scalars_ptr + p[:, None] * (n + 1) + i[None, :], read, mask=pi_live)
     tl.store(scalars_ptr + p * (n + 1) + n, tl.sum(grad_dynamic * dynamic, axis=1) / (n * channels), mask=live)
-    # this program's shares: b_pre (n), b_post (n), b_res (n n), alpha (3), the gate (1), in one row
-    small = small_shares_ptr + program * (2 * n + n * n + 4)
+    # this program's shares: b_pre (n), b_post (n), b_res (R), alpha (3), the gate (1), in one row
+    small = small_shares_ptr + program * (outputs + 4)
     tl.store(small + i, tl.sum(grad_pre, axis=0), mask=i_live)
     tl.store(small + n + i, tl.sum(grad_post, axis=0), mask=i_live)
     tl.store(small + 2 * n + res_offset, tl.sum(grad_res, axis=0), mask=in_res)
-    tail = small + 2 * n + n * n
+    tail = small + outputs
     tl.store(tail, tl.sum(tl.sum(grad_pre * dynamic_pre, axis=1), axis=0))
     tl.store(tail + 1, tl.sum(tl.sum(grad_post * dynamic_post, axis=1), axis=0))
     tl.store(tail + 2, tl.sum(tl.sum(grad_res * dynamic, axis=1), axis=0))
@@ -217,7 +216,8 @@ def _weights_backward_kernel(grad_h_ptr, grad_res_ptr, grad_write_ptr, streams_p
 def _streams_backward_kernel(grad_h_ptr, streams_ptr, phi_ptr, grad_dynamic_ptr, inverse_rms_ptr, scalars_ptr,
                              grad_streams_ptr, phi_shares_ptr, grad_ptr, grad_state_ptr, block_mix_ptr,
                              block_write_ptr, input_ptr, output_ptr, readout_ptr, grad_input_ptr, grad_output_ptr,
-                             write_shares_ptr, readout_shares_ptr, positions, n, channels, WRITES: tl.constexpr,
+                             write_shares_ptr, readout_shares_ptr, positions, n, res_width, channels,
+                             WRITES: tl.constexpr,
                              HAS_GRAD: tl.constexpr, HAS_STATE: tl.constexpr, LOW: tl.constexpr, N: tl.constexpr,
                              K: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_C: tl.constexpr):
     """Channels c of every stream over one range of positions: the streams' gradient (with WRITES: the write's
@@ -228,7 +228,7 @@ def _streams_backward_kernel(grad_h_ptr, streams_ptr, phi_ptr, grad_dynamic_ptr,
     c = block * BLOCK_C + tl.arange(0, BLOCK_C)
     i = tl.arange(0, N)
     k = tl.arange(0, K)
-    outputs = 2 * n + n * n
+    outputs = 2 * n + res_width
     blocks = tl.num_programs(0)
     # phi's columns of this block, once; its gradient's, accumulated over the range's positions
     w = _phi_tile(phi_ptr, k, i, c, n, outputs, channels, N, K, BLOCK_C)  # (K, N BLOCK_C)
@@ -266,33 +266,35 @@ def _streams_backward_kernel(grad_h_ptr, streams_ptr, phi_ptr, grad_dynamic_ptr,
         tl.store(readout_shares_ptr + (split * blocks + block) * n + i, grad_readout, mask=i < n)
 
 
-def _widths(n: int):
-    """N and K: n and 2n + n^2 padded to powers of two, K to at least ``tl.dot``'s 16."""
-    return triton.next_power_of_2(n), max(16, triton.next_power_of_2(2 * n + n * n))
+def _widths(n: int, res_width: int):
+    """N, R and K: n, H_res's parameters R and 2n + R padded to powers of two, K to at least ``tl.dot``'s 16."""
+    return (triton.next_power_of_2(n), triton.next_power_of_2(res_width),
+            max(16, triton.next_power_of_2(2 * n + res_width)))
 
 
 def _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps, written_by=None):
     positions, n, channels = streams.shape
+    res_width = res_logits.numel()
     out = torch.empty(positions, channels, dtype=streams.dtype, device=streams.device)
-    res = torch.empty(positions, n, n, dtype=torch.float32, device=streams.device)
+    res = torch.empty(positions, *res_logits.shape, dtype=torch.float32, device=streams.device)
     write = torch.empty(positions, n, dtype=torch.float32, device=streams.device)
-    dynamic = torch.empty(positions, 2 * n + n * n, dtype=torch.float32, device=streams.device)
+    dynamic = torch.empty(positions, 2 * n + res_width, dtype=torch.float32, device=streams.device)
     inverse_rms = torch.empty(positions, dtype=torch.float32, device=streams.device)
     writes = write_outputs(streams, written_by)
-    width, outputs = _widths(n)
+    width, res_padded, outputs = _widths(n, res_width)
     _forward_kernel[(triton.cdiv(positions, BLOCK_P),)](
         streams, phi, pre_logits, post_logits, res_logits, alpha, gate, out, res, write, dynamic, inverse_rms, *writes,
-        positions, n, channels, home, eps, WRITES=written_by is not None, SHARED=shared_gate,
-        LOW=tile_products_in_tf32(streams, phi), N=width, K=outputs, BLOCK_P=BLOCK_P,
+        positions, n, res_width, channels, home, eps, WRITES=written_by is not None, SHARED=shared_gate,
+        LOW=tile_products_in_tf32(streams, phi), N=width, R=res_padded, K=outputs, BLOCK_P=BLOCK_P,
         BLOCK_C=max(BLOCK_C, 16 // width), num_warps=8)
     read = (out, res, write, dynamic, inverse_rms)
     return read if written_by is None else (*writes[5:], *read)
 
 
 def forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps):
-    """h (P, C) in the streams' dtype, H_res's logits (P, n, n) and H_post (P, n) fp32 from contiguous streams
-    (P, n, C) and phi (2n + n^2, n C), b_pre, b_post, b_res, alpha (3) and the gate, each in any precision (read in
-    fp32); then, for the backward, D (P, 2n + n^2) and 1/RMS (P), fp32."""
+    """h (P, C) in the streams' dtype, H_res's logits (P, *b_res's shape) and H_post (P, n) fp32 from contiguous
+    streams (P, n, C) and phi (2n + R, n C), b_pre, b_post, b_res (R entries: mHC's (n, n), mHC-lite's (n!)), alpha (3)
+    and the gate, each in any precision (read in fp32); then, for the backward, D (P, 2n + R) and 1/RMS (P), fp32."""
     return _forward(streams, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate, eps)
 
 
@@ -310,15 +312,17 @@ def _backward(grad_read, grad_res, grad_write, read_streams, streams, phi, pre_l
     """``read_streams``: the streams the read read (H' as stored, where the write comes first); ``streams``: the
     kernel's streams argument (H before the write, where it comes first)."""
     positions, n, channels = streams.shape
-    width, outputs = _widths(n)
+    res_shape = grad_res.shape[1:]
+    res_width = grad_res[0].numel()
+    width, _, outputs = _widths(n, res_width)
     device = streams.device
-    grad_dynamic = torch.empty(positions, 2 * n + n * n, dtype=torch.float32, device=device)
+    grad_dynamic = torch.empty(positions, 2 * n + res_width, dtype=torch.float32, device=device)
     scalars = torch.empty(positions, n + 1, dtype=torch.float32, device=device)
     programs = triton.cdiv(positions, WEIGHTS_BLOCK_P)
-    small_shares = torch.empty(programs, 2 * n + n * n + 4, dtype=torch.float32, device=device)
+    small_shares = torch.empty(programs, 2 * n + res_width + 4, dtype=torch.float32, device=device)
     _weights_backward_kernel[(programs,)](
         grad_read, grad_res, grad_write, read_streams, dynamic, pre_logits, post_logits, alpha, gate, grad_dynamic,
-        scalars, small_shares, positions, n, channels, home, SHARED=shared_gate, N=width, K=outputs,
+        scalars, small_shares, positions, n, res_width, channels, home, SHARED=shared_gate, N=width, K=outputs,
         BLOCK_P=WEIGHTS_BLOCK_P, BLOCK_C=WEIGHTS_BLOCK_C)
     blocks = triton.cdiv(channels, STREAMS_BLOCK_C)
     splits = SPLITS  # whatever the batch: phi's gradient costs the same shares at every batch size
@@ -334,7 +338,7 @@ def _backward(grad_read, grad_res, grad_write, read_streams, streams, phi, pre_l
                       torch.empty(splits * blocks, n, dtype=torch.float32, device=device))
     _streams_backward_kernel[(blocks, splits)](
         grad_read, streams, phi, grad_dynamic, inverse_rms, scalars, grad_streams, phi_shares, *write_args, positions,
-        n, channels, WRITES=written_by is not None, HAS_GRAD=grad is not None, HAS_STATE=grad_state is not None,
+        n, res_width, channels, WRITES=written_by is not None, HAS_GRAD=grad is not None, HAS_STATE=grad_state is not None,
         LOW=tile_products_in_tf32(streams, phi), N=width, K=outputs, BLOCK_P=STREAMS_BLOCK_P,
         BLOCK_C=STREAMS_BLOCK_C, num_warps=8, num_stages=1)
 
@@ -344,9 +348,10 @@ def _backward(grad_read, grad_res, grad_write, read_streams, streams, phi, pre_l
         return small_shares[:, start:stop].sum(0).to(dtype)
 
     res_start = 2 * n
-    alpha_start = res_start + n * n
+    alpha_start = res_start + res_width
     read_grads = (phi_shares.sum(0).to(phi.dtype), summed(0, n, pre_logits.dtype),
-                  summed(n, res_start, post_logits.dtype), summed(res_start, alpha_start, pre_logits.dtype).view(n, n),
+                  summed(n, res_start, post_logits.dtype),
+                  summed(res_start, alpha_start, pre_logits.dtype).view(res_shape),
                   summed(alpha_start, alpha_start + 3, alpha.dtype), small_shares[:, -1].sum(0).to(gate.dtype))
     if written_by is None:
         return (grad_streams, *read_grads)

@@ -40,7 +40,7 @@ def read_reference(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits
     alpha = alpha.float()
     pre = pre_logits.float() + alpha[0] * dynamic[..., :n]
     post = post_logits.float() + alpha[1] * dynamic[..., n:2 * n]
-    res = res_logits.float() + alpha[2] * dynamic[..., 2 * n:].unflatten(-1, (n, n))
+    res = res_logits.float() + alpha[2] * dynamic[..., 2 * n:].unflatten(-1, tuple(res_logits.shape))
     g = clamped_gate(gate)
     read = g * torch.sigmoid(pre)
     read[..., home] += 1.0 - g  # e_home + g (sigmoid(pre) - e_home)
@@ -82,6 +82,7 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
     if shared_gate:
         grad_gate = grad_gate + (grad_write * (2.0 * post_sigmoid - 1.0)).sum()
         grad_post = g * grad_post
+    res_shape = grad_res.shape[1:]
     grad_res = grad_res.float().flatten(1)
     grad_alpha = torch.stack([(grad_pre * dynamic[:, :n]).sum(), (grad_post * dynamic[:, n:2 * n]).sum(),
                               (grad_res * dynamic[:, 2 * n:]).sum()])
@@ -90,14 +91,14 @@ def reference_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, 
     grad_flat = inverse_rms * (grad_normed - normed * (grad_normed * normed).mean(-1, keepdim=True))
     grad_x = grad_flat.view(positions, n, channels) + read.unsqueeze(-1) * grad_read.unsqueeze(-2)
     return (grad_x.to(streams.dtype), (grad_dynamic.t() @ normed).to(phi.dtype), grad_pre.sum(0).to(pre_logits.dtype),
-            grad_post.sum(0).to(post_logits.dtype), grad_res.sum(0).view(n, n).to(pre_logits.dtype),
+            grad_post.sum(0).to(post_logits.dtype), grad_res.sum(0).view(res_shape).to(pre_logits.dtype),
             grad_alpha.to(alpha.dtype), grad_gate.to(gate.dtype))
 
 
-def saved_fakes(streams: Tensor) -> Tuple[Tensor, Tensor]:
-    """D and 1/RMS as the fused forwards return them, for their fake implementations."""
+def saved_fakes(streams: Tensor, res_width: int) -> Tuple[Tensor, Tensor]:
+    """D and 1/RMS as the fused forwards return them (H_res with ``res_width`` parameters), for their fakes."""
     positions, n, _ = streams.shape
-    return (streams.new_empty(positions, 2 * n + n * n, dtype=torch.float32),
+    return (streams.new_empty(positions, 2 * n + res_width, dtype=torch.float32),
             streams.new_empty(positions, dtype=torch.float32))
 
 
@@ -116,8 +117,9 @@ def _fused(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor
 def _(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor,
       gate: Tensor, home: int, shared_gate: bool) -> OUTPUTS:
     positions, n, channels = streams.shape
-    return (streams.new_empty(positions, channels), streams.new_empty(positions, n, n, dtype=torch.float32),
-            streams.new_empty(positions, n, dtype=torch.float32), *saved_fakes(streams))
+    return (streams.new_empty(positions, channels),
+            streams.new_empty(positions, *res_logits.shape, dtype=torch.float32),
+            streams.new_empty(positions, n, dtype=torch.float32), *saved_fakes(streams, res_logits.numel()))
 
 
 @torch.library.custom_op("capsagg::mhc_read_backward", mutates_args=())
@@ -136,9 +138,8 @@ def _fused_backward(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, str
 def _(grad_read: Tensor, grad_res: Tensor, grad_write: Tensor, streams: Tensor, phi: Tensor, pre_logits: Tensor,
       post_logits: Tensor, alpha: Tensor, gate: Tensor, dynamic: Tensor, inverse_rms: Tensor, home: int,
       shared_gate: bool) -> GRADIENTS:
-    n = streams.size(1)
     return (torch.empty_like(streams), torch.empty_like(phi), torch.empty_like(pre_logits),
-            torch.empty_like(post_logits), pre_logits.new_empty(n, n), torch.empty_like(alpha),
+            torch.empty_like(post_logits), pre_logits.new_empty(grad_res.shape[1:]), torch.empty_like(alpha),
             torch.empty_like(gate))
 
 
@@ -171,4 +172,4 @@ def mhc_read(streams: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tens
     batch = streams.shape[:-2]
     read, res, write, _, _ = _fused(streams.reshape(-1, n, channels).contiguous(), phi.contiguous(), pre_logits,
                                     post_logits, res_logits.contiguous(), alpha, gate, home, shared_gate)
-    return read.view(*batch, channels), res.view(*batch, n, n), write.view(*batch, n)
+    return read.view(*batch, channels), res.view(*batch, *res_logits.shape), write.view(*batch, n)

@@ -28,20 +28,23 @@ SAVED_OUTPUTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 GRADIENTS = Tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]
 
 
-def _written_fakes(streams: Tensor, block_input: Tensor) -> OUTPUTS:
+def _written_fakes(streams: Tensor, block_input: Tensor, mix_shape: Tuple[int, ...]) -> OUTPUTS:
+    """The outputs' fakes, the next read's mixing weights (or their logits) ``mix_shape`` per position."""
     positions, n, _ = streams.shape
     return (torch.empty_like(streams), torch.empty_like(block_input), torch.empty_like(block_input),
-            streams.new_empty(positions, n, n, dtype=torch.float32), streams.new_empty(positions, n,
-                                                                                      dtype=torch.float32))
+            streams.new_empty(positions, *mix_shape, dtype=torch.float32),
+            streams.new_empty(positions, n, dtype=torch.float32))
 
 
-def _gradients_from_above(ctx, grads: Tuple[Optional[Tensor], ...]) -> List[Optional[Tensor]]:
+def _gradients_from_above(ctx, grads: Tuple[Optional[Tensor], ...],
+                          mix_shape: Tuple[int, ...]) -> List[Optional[Tensor]]:
     """H''s and the state's gradients as autograd gives them (None: not read), then those of the next block's input
-    and read weights, which the next block always reads (zero where autograd left one out), contiguous."""
+    and read weights (its mixing weights ``mix_shape`` per position), which the next block always reads (zero where
+    autograd left one out), contiguous."""
     grad, grad_state, *next_grads = grads
     streams, block_input = ctx.saved_tensors[0], ctx.saved_tensors[3]
     positions, n, _ = streams.shape
-    shapes = [(block_input.shape, block_input.dtype), ((positions, n, n), torch.float32),
+    shapes = [(block_input.shape, block_input.dtype), ((positions, *mix_shape), torch.float32),
               ((positions, n), torch.float32)]
     return [None if grad is None else grad.contiguous(), None if grad_state is None else grad_state.contiguous(),
             *(streams.new_zeros(shape, dtype=dtype) if g is None else g.to(dtype).contiguous()
@@ -52,7 +55,7 @@ def _unflat(outputs: OUTPUTS, streams: Tensor, block_input: Tensor) -> OUTPUTS:
     out, state, next_input, next_mix, next_write = outputs
     batch, n = streams.shape[:-2], streams.size(-2)
     return (out.view(streams.shape), state.view(block_input.shape), next_input.view(block_input.shape),
-            next_mix.view(*batch, n, n), next_write.view(*batch, n))
+            next_mix.view(*batch, *next_mix.shape[1:]), next_write.view(*batch, n))
 
 
 # hyper-connections
@@ -102,7 +105,8 @@ def _hyper(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, blo
 def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
       projection: Tensor, static_read: Tensor, static_mix: Tensor, static_write: Tensor, read_mix_scale: Tensor,
       write_scale: Tensor) -> SAVED_OUTPUTS:
-    return (*_written_fakes(streams, block_input), *hyper_read.saved_fakes(streams))
+    n = streams.size(1)
+    return (*_written_fakes(streams, block_input, (n, n)), *hyper_read.saved_fakes(streams))
 
 
 @torch.library.custom_op("capsagg::hyper_write_read_backward", mutates_args=())
@@ -144,7 +148,8 @@ def _hyper_setup_context(ctx, inputs: Tuple[Tensor, ...], output: SAVED_OUTPUTS)
 
 
 def _hyper_autograd_backward(ctx, *grads: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
-    return _hyper_backward(*_gradients_from_above(ctx, grads[:5]), *ctx.saved_tensors)
+    n = ctx.saved_tensors[0].size(1)
+    return _hyper_backward(*_gradients_from_above(ctx, grads[:5], (n, n)), *ctx.saved_tensors)
 
 
 _hyper.register_autograd(_hyper_autograd_backward, setup_context=_hyper_setup_context)
@@ -206,7 +211,8 @@ def _mhc(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block
 def _(streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor, readout: Tensor,
       phi: Tensor, pre_logits: Tensor, post_logits: Tensor, res_logits: Tensor, alpha: Tensor, gate: Tensor,
       home: int, shared_gate: bool) -> SAVED_OUTPUTS:
-    return (*_written_fakes(streams, block_input), *mhc_read.saved_fakes(streams))
+    return (*_written_fakes(streams, block_input, tuple(res_logits.shape)),
+            *mhc_read.saved_fakes(streams, res_logits.numel()))
 
 
 @torch.library.custom_op("capsagg::mhc_write_read_backward", mutates_args=())
@@ -231,14 +237,14 @@ def _(grad: Optional[Tensor], grad_state: Optional[Tensor], grad_next_input: Ten
       grad_next_write: Tensor, streams: Tensor, mix: Tensor, write: Tensor, block_input: Tensor, block_output: Tensor,
       readout: Tensor, phi: Tensor, pre_logits: Tensor, post_logits: Tensor, alpha: Tensor, gate: Tensor,
       written: Tensor, dynamic: Tensor, inverse_rms: Tensor, home: int, shared_gate: bool) -> GRADIENTS:
-    n = streams.size(1)
     return (*stream_write.gradient_fakes(streams, mix, write, block_input, block_output, readout),
             torch.empty_like(phi), torch.empty_like(pre_logits), torch.empty_like(post_logits),
-            pre_logits.new_empty(n, n), torch.empty_like(alpha), torch.empty_like(gate))
+            pre_logits.new_empty(grad_next_res.shape[1:]), torch.empty_like(alpha), torch.empty_like(gate))
 
 
 def _mhc_setup_context(ctx, inputs: Tuple, output: SAVED_OUTPUTS) -> None:
-    *written, phi, pre_logits, post_logits, _, alpha, gate, home, shared_gate = inputs
+    *written, phi, pre_logits, post_logits, res_logits, alpha, gate, home, shared_gate = inputs
+    ctx.res_shape = tuple(res_logits.shape)
     ctx.mark_non_differentiable(*output[5:])
     # H' as stored (the next read's streams) and the read's D and 1/RMS: its backward reads them instead of
     # recomputing them
@@ -249,7 +255,8 @@ def _mhc_setup_context(ctx, inputs: Tuple, output: SAVED_OUTPUTS) -> None:
 
 
 def _mhc_autograd_backward(ctx, *grads: Optional[Tensor]) -> Tuple[Optional[Tensor], ...]:
-    return (*_mhc_backward(*_gradients_from_above(ctx, grads[:5]), *ctx.saved_tensors, ctx.home, ctx.shared_gate),
+    return (*_mhc_backward(*_gradients_from_above(ctx, grads[:5], ctx.res_shape), *ctx.saved_tensors, ctx.home,
+                           ctx.shared_gate),
             None, None)
 
 

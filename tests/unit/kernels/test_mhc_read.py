@@ -91,3 +91,26 @@ def test_a_bf16_models_products_run_in_tf32_and_equal_the_fp32_reference():
     for got, want in zip(got_grads, expected_grads):
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
+
+
+def test_the_mhc_read_kernels_compute_h_res_logits_of_any_width():
+    """H_res's logits as many as its parameters: mHC-lite's n! = 6 weights of the permutations at n = 3, in one
+    vector (mHC's are its n x n entries)."""
+    generator = torch.Generator().manual_seed(53)
+    positions, n, channels, width = 11, 3, 24, 6
+    shapes = [(positions, n, channels), (2 * n + width, n * channels), (n,), (n,), (width,), (3,)]
+    leaves = [torch.randn(shape, generator=generator).to(DEVICE).requires_grad_() for shape in shapes]
+    leaves.append(torch.tensor(0.6, device=DEVICE, requires_grad=True))
+    grads = [torch.randn(shape, generator=generator).to(DEVICE) for shape in ((positions, channels),
+                                                                             (positions, width), (positions, n))]
+    expected = mhc_read_reference(*leaves, 1, False)
+    expected_grads = torch.autograd.grad(expected, leaves, grads)
+    inputs = [leaf.detach().contiguous() for leaf in leaves]
+    outputs = mhc_read_triton.forward(*inputs, 1, False, RMS_EPS)
+    assert outputs[1].shape == (positions, width)
+    for got, want in zip(outputs, (*expected, *saved_sums(inputs[0], inputs[1]))):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    got_grads = mhc_read_triton.backward(*grads, *inputs[:4], *inputs[5:], *outputs[3:], 1, False)
+    assert got_grads[4].shape == (width,)
+    for got, want in zip(got_grads, expected_grads):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
